@@ -1,0 +1,205 @@
+"""The graded-check API that locked check cells call.
+
+A check is a function decorated with `@check(id, points, hint)` that measures the learner's
+code and returns its parts (`correct(...)`, `at_least(...)`, `not_applicable(...)`). The
+decorator turns the outcome into one CheckResult: it prints a verdict a beginner can read,
+emits the structured result (mimetype MIME) that `course grade` reads, and raises
+CheckFailed for anything but a pass, so nbval marks the cell.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .device import device_class
+from .errors import CheckFailed
+
+MIME = "application/vnd.course-check+json"
+PASSED, FAILED, NOT_ATTEMPTED, ERROR, NOT_APPLICABLE = "passed", "failed", "not-attempted", "error", "not-applicable"
+_ICON = {PASSED: "✅", FAILED: "❌", NOT_ATTEMPTED: "✏️", ERROR: "💥", NOT_APPLICABLE: "➖"}
+_HARNESS = str(Path(__file__).parent)
+
+
+@dataclass
+class Part:
+    """One thing a check verifies: correctness, or a measured effect against a threshold."""
+
+    name: str
+    status: str  # passed, failed or not-applicable
+    message: str
+    value: float | None = None
+    threshold: float | None = None
+
+
+@dataclass
+class CheckResult:
+    """The outcome of one check: the row `course grade` writes to grades.csv."""
+
+    check_id: str
+    status: str
+    points: float
+    max_points: float
+    device_class: str
+    message: str
+    hint: str = ""
+    value: float | None = None
+    threshold: float | None = None
+    parts: list[Part] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def text(self) -> str:
+        head = (
+            f"{_ICON[self.status]} Check {self.check_id}: {self.status} "
+            f"({self.points:g}/{self.max_points:g} points, device class {self.device_class})"
+        )
+        lines = [head] + [f"   {_ICON[p.status]} {p.name}: {p.message}" for p in self.parts]
+        if not self.parts:
+            lines.append(f"   {self.message}")
+        if self.status not in (PASSED, NOT_APPLICABLE) and self.hint:
+            lines.append(f"   Hint: {self.hint}")
+        return "\n".join(lines)
+
+    def html(self) -> str:
+        colour = {PASSED: "#1a7f37", NOT_APPLICABLE: "#6e7781"}.get(self.status, "#cf222e")
+        rows = "".join(f"<li>{_ICON[p.status]} <b>{html.escape(p.name)}</b>: {html.escape(p.message)}</li>" for p in self.parts)
+        if not self.parts:
+            rows = f"<li>{html.escape(self.message)}</li>"
+        hint = (
+            f"<div><i>Hint:</i> {html.escape(self.hint)}</div>"
+            if self.status not in (PASSED, NOT_APPLICABLE) and self.hint
+            else ""
+        )
+        return (
+            f'<div style="border-left:4px solid {colour};padding:4px 10px;margin:4px 0">'
+            f"<b>{_ICON[self.status]} Check {html.escape(self.check_id)}: {self.status}</b> "
+            f"({self.points:g}/{self.max_points:g} points, device class {self.device_class})"
+            f'<ul style="margin:2px 0">{rows}</ul>{hint}</div>'
+        )
+
+
+def correct(name: str, ok: bool, message: str, *, value: float | None = None, threshold: float | None = None) -> Part:
+    """A correctness part: passes when `ok`."""
+    return Part(name, PASSED if ok else FAILED, message, value, threshold)
+
+
+def at_least(
+    name: str, value: float, threshold: float, what: str, *, unit: str = "x", applies: bool = True, reason: str = ""
+) -> Part:
+    """A measured effect that must reach `threshold`, or not-applicable (with the reason) on a
+    device that cannot show it; the measured value is reported either way."""
+    measured = f"{what}: measured {value:.3g}{unit}"
+    if not applies:
+        return Part(name, NOT_APPLICABLE, f"{measured}; not graded here: {reason}", value, threshold)
+    ok = value >= threshold
+    verdict = "at least" if ok else "below"
+    return Part(name, PASSED if ok else FAILED, f"{measured}, {verdict} the {threshold:.3g}{unit} expected", value, threshold)
+
+
+def at_most(name: str, value: float, threshold: float, what: str, *, unit: str = "") -> Part:
+    """A measured quantity that must not exceed `threshold` (memory, error, steps)."""
+    ok = value <= threshold
+    verdict = "within" if ok else "above"
+    return Part(name, PASSED if ok else FAILED, f"{what}: measured {value:.4g}{unit}, {verdict} the {threshold:.4g}{unit} allowed", value, threshold)
+
+
+def not_applicable(name: str, reason: str) -> Part:
+    return Part(name, NOT_APPLICABLE, reason)
+
+
+def retry_measure(measure: Callable[[], float], ok: Callable[[float], bool], attempts: int = 3) -> float:
+    """Measure up to `attempts` times, stopping at the first value that passes.
+
+    A loaded machine can slow one measurement of a correct solution; it cannot make a wrong
+    one pass, since every attempt must clear the same threshold on its own.
+    """
+    value = measure()
+    for _ in range(attempts - 1):
+        if ok(value):
+            break
+        value = measure()
+    return value
+
+
+def _learner_frame(exc: BaseException) -> str:
+    """'in your code, line N' for the innermost frame outside the harness and libraries."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        name = frame.filename
+        if not name.startswith(_HARNESS) and "site-packages" not in name and "/lib/python" not in name:
+            return f" (in your code, line {frame.lineno}: `{(frame.line or '').strip()}`)"
+    return ""
+
+
+def _summarise(check_id: str, points: float, hint: str, parts: list[Part]) -> CheckResult:
+    statuses = {p.status for p in parts}
+    if FAILED in statuses:
+        status = FAILED
+    elif PASSED in statuses:
+        status = PASSED
+    else:
+        status = NOT_APPLICABLE
+    main = next((p for p in parts if p.value is not None and p.status != NOT_APPLICABLE), None)
+    main = main or next((p for p in parts if p.value is not None), None)
+    message = "; ".join(f"{p.name}: {p.message}" for p in parts)
+    return CheckResult(
+        check_id,
+        status,
+        points if status == PASSED else 0.0,
+        points,
+        device_class(),
+        message,
+        hint,
+        main.value if main else None,
+        main.threshold if main else None,
+        parts,
+    )
+
+
+def emit(result: CheckResult) -> None:
+    """Show the verdict and attach the structured result that `course grade` reads."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+
+        if get_ipython() is not None:
+            display({MIME: result.to_dict(), "text/plain": result.text(), "text/html": result.html()}, raw=True)
+            return
+    except ImportError:
+        pass
+    print(result.text())
+
+
+def check(check_id: str, points: float, hint: str = "") -> Callable:
+    """Decorate a check body that returns a list of Parts; see the module docstring."""
+
+    def decorate(body: Callable[..., list[Part]]) -> Callable[..., CheckResult]:
+        @functools.wraps(body)
+        def run(*args, **kwargs) -> CheckResult:
+            try:
+                result = _summarise(check_id, points, hint, list(body(*args, **kwargs)))
+            except NotImplementedError:
+                result = CheckResult(
+                    check_id, NOT_ATTEMPTED, 0.0, points, device_class(),
+                    "Not attempted yet: the exercise still raises NotImplementedError.", hint,
+                )
+            except Exception as exc:  # the learner's code raised: report it in one line
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                result = CheckResult(
+                    check_id, ERROR, 0.0, points, device_class(),
+                    f"Your code raised {type(exc).__name__}: {first}{_learner_frame(exc)}", hint,
+                )
+            emit(result)
+            if result.status not in (PASSED, NOT_APPLICABLE):
+                raise CheckFailed(check_id, result.status, result.message) from None
+            return result
+
+        run.check_id, run.points = check_id, points
+        return run
+
+    return decorate

@@ -1,0 +1,106 @@
+"""`course` command: parse arguments, call one library function, map errors to exit codes.
+
+Exit codes: 0 done (whatever learners scored), 1 `assign --check` found differences,
+2 usage error (bad path, nothing to grade), 3 a malformed solution notebook.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import AuthoringError, CourseError, UsageError
+
+
+def _env(args) -> int:
+    from .session import env
+
+    info = env(verbose=not args.json)
+    if args.json:
+        print(json.dumps(info, indent=2, default=str))
+    return 0
+
+
+def _assign(args) -> int:
+    from .authoring import assign
+
+    changed = assign(args.solutions, args.notebooks, check=args.check)
+    if args.check:
+        for name in changed:
+            print(f"out of date: {Path(args.notebooks) / name}")
+        if changed:
+            print("Run `course assign` to regenerate notebooks/ from solutions/.")
+        return 1 if changed else 0
+    print(f"wrote {len(changed)} notebook(s)" + (": " + ", ".join(changed) if changed else " (all up to date)"))
+    return 0
+
+
+def _grade(args) -> int:
+    from .grading import grade
+
+    summary = grade(
+        [Path(p) for p in args.paths],
+        out=Path(args.out),
+        solutions=Path(args.solutions),
+        cell_timeout=args.timeout,
+        quick=args.quick,
+        jobs=args.jobs,
+    )
+    print(summary)
+    return 0
+
+
+def _report(args) -> int:
+    from .report import report
+
+    print(report(solutions=Path(args.solutions), out=Path(args.out), quick=args.quick, timeout=args.timeout))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="course", description="Faster PyTorch Training course tools")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("env", help="device, device class, versions, peak FLOP/s, data set")
+    p.add_argument("--json", action="store_true", help="print as JSON")
+    p.set_defaults(run=_env)
+
+    p = sub.add_parser("assign", help="write notebooks/ from solutions/")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if notebooks/ differ")
+    p.add_argument("--solutions", default="solutions")
+    p.add_argument("--notebooks", default="notebooks")
+    p.set_defaults(run=_assign)
+
+    p = sub.add_parser("grade", help="grade submitted notebooks (files or folders)")
+    p.add_argument("paths", nargs="+", help="submitted notebooks, or folders of them")
+    p.add_argument("--out", default="grades", help="where grades.csv, summary.csv, feedback/ go")
+    p.add_argument("--timeout", type=float, default=600, help="seconds per cell (default 600)")
+    p.add_argument("--quick", action="store_true", help="run with quick=True (small workloads)")
+    p.add_argument("--jobs", type=int, default=1, help="submissions at once; >1 makes timings noisy")
+    p.add_argument("--solutions", default="solutions", help="where the locked check cells come from")
+    p.set_defaults(run=_grade)
+
+    p = sub.add_parser("report", help="run every solution notebook; write results table and plots")
+    p.add_argument("--quick", action="store_true", help="small workloads (about a minute per notebook on a CPU)")
+    p.add_argument("--out", default="report")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per cell")
+    p.add_argument("--solutions", default="solutions")
+    p.set_defaults(run=_report)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except AuthoringError as exc:
+        print(f"course {args.command}: malformed notebook: {exc}", file=sys.stderr)
+        return 3
+    except UsageError as exc:
+        print(f"course {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except CourseError as exc:
+        print(f"course {args.command}: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,35 @@
+"""One root exception for the course tooling, so the CLI can map failures to exit codes."""
+
+from __future__ import annotations
+
+
+class CourseError(Exception):
+    """Raised for any expected failure of the course tooling (bad input, bad notebook)."""
+
+
+class AuthoringError(CourseError):
+    """Raised when a solution notebook's markers or check cells are malformed."""
+
+    def __init__(self, notebook: str, cell_index: int | None, reason: str):
+        self.notebook, self.cell_index, self.reason = notebook, cell_index, reason
+        where = f"{notebook}, cell {cell_index}" if cell_index is not None else notebook
+        super().__init__(f"{where}: {reason}")
+
+
+class UsageError(CourseError):
+    """Raised when a command is called with paths or options that cannot work."""
+
+
+class CheckFailed(AssertionError):
+    """Raised by a check cell whose verdict is not a pass, so nbval marks the cell failed.
+
+    IPython shows `_render_traceback_` instead of a traceback: the learner sees the verdict,
+    not the harness's internals.
+    """
+
+    def __init__(self, check_id: str, status: str, summary: str):
+        self.check_id, self.status, self.summary = check_id, status, summary
+        super().__init__(f"[{check_id}] {status}: {summary}")
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"Check {self.check_id} {self.status}: {self.summary}"]

@@ -1,0 +1,1 @@
+"""One module per notebook: the lesson's helpers and the checks its locked cells call."""

@@ -1,0 +1,26 @@
+"""Quick mode: one switch that shrinks every workload so a notebook runs in about a minute."""
+
+from __future__ import annotations
+
+import os
+from typing import TypeVar
+
+T = TypeVar("T")
+_forced: bool | None = None
+
+
+def set_quick(value: bool | None) -> None:
+    """Force quick mode on or off (the papermill parameter `quick`); None follows $COURSE_QUICK."""
+    global _forced
+    _forced = None if value is None else bool(value)
+
+
+def is_quick() -> bool:
+    if _forced is not None:
+        return _forced
+    return os.environ.get("COURSE_QUICK", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def pick(*, quick: T, full: T) -> T:
+    """`quick` in quick mode, else `full`: keeps the two sizes side by side where they are used."""
+    return quick if is_quick() else full
