@@ -3,7 +3,16 @@
 from . import checks, plots
 from .data import OfflineImages, load_data, to_tensors
 from .device import amp_dtype, device_class, get_device, peak_flops, synchronize
-from .measure import activation_bytes, compare, cuda_peak_memory, flops, mfu, peak_rss, throughput, time_fn
+from .measure import (
+    activation_bytes,
+    compare,
+    cuda_peak_memory,
+    flops,
+    mfu,
+    peak_rss,
+    throughput,
+    time_fn,
+)
 from .mode import is_quick, pick
 from .models import MLP, ResNet9, SeqRNN, SmallCNN, count_parameters
 from .session import env, seed_everything, setup

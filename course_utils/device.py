@@ -147,5 +147,5 @@ def env_info(device: torch.device | str | None = None) -> dict:
         "cpu_count": os.cpu_count(),
     }
     if device.type == "cuda":
-        info["capability"] = "%d.%d" % cuda_capability(device)
+        info["capability"] = "{}.{}".format(*cuda_capability(device))
     return info

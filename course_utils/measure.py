@@ -190,14 +190,19 @@ def throughput(fn: Callable[[], object], batch_size: int, **kwargs) -> Throughpu
 def activation_bytes(fn: Callable[[], object], exclude: list[torch.Tensor] | tuple = ()) -> int:
     """Bytes that autograd saves for backward while `fn()` runs.
 
-    Counted once per storage (views share one), and leaf tensors that require grad
-    (parameters) are left out: they exist whether or not we train. Works on any device.
+    Counted once per storage (views share one). Parameters, and views of them such as the
+    transposed weight a Linear layer saves, are left out: they exist whether or not we
+    train. Works on any device.
     """
     skip = {t.untyped_storage().data_ptr() for t in exclude}
     seen: dict[int, int] = {}
 
+    def is_parameter(t: torch.Tensor) -> bool:
+        base = t if t._base is None else t._base
+        return base.is_leaf and base.requires_grad
+
     def pack(t: torch.Tensor) -> torch.Tensor:
-        if not (t.is_leaf and t.requires_grad):
+        if not is_parameter(t):
             storage = t.untyped_storage()
             if storage.data_ptr() not in skip:
                 seen[storage.data_ptr()] = storage.nbytes()

@@ -1,0 +1,484 @@
+"""`course grade`: run each submission in its own process and folder, read only what the
+restored check cells emitted, and write grades.csv, summary.csv and per-learner feedback.
+
+A submission is never written to. Before it runs, its locked check cells are restored from
+`solutions/` by grade_id (a deleted or edited check comes back as the instructor wrote it),
+every output is cleared, and the restored cells are tagged in metadata by the grader. Only
+outputs of those tagged cells, with the mimetype and the right check id, count; anything a
+learner prints or displays elsewhere is ignored.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import nbformat
+from tqdm.auto import tqdm
+
+from .authoring import check_cells, check_id_of, mark_cells, read
+from .checks import ERROR, MIME, NOT_APPLICABLE, PASSED
+from .errors import UsageError
+
+TIMEOUT, MISSING = "timeout", "missing"
+STATE_FILE = ".grading-state.json"
+
+
+@dataclass
+class Row:
+    """One row of grades.csv: one check of one submission."""
+
+    submission: str
+    notebook: str
+    check: str
+    status: str
+    points: float
+    max_points: float
+    value: float | None
+    threshold: float | None
+    device_class: str
+    message: str
+    hint: str = ""  # for feedback only; not a grades.csv column
+
+    @classmethod
+    def columns(cls) -> list[str]:
+        return [f.name for f in fields(cls) if f.name != "hint"]
+
+
+@dataclass
+class Submission:
+    path: Path
+    name: str  # as shown in grades.csv: relative to the folder given, or the file name
+
+    @property
+    def slug(self) -> str:
+        return self.name.removesuffix(".ipynb").replace("/", "__").replace("\\", "__")
+
+
+def find_submissions(paths: list[Path]) -> list[Submission]:
+    found = []
+    for path in paths:
+        if not path.exists():
+            raise UsageError(f"no such file or folder: {path}")
+        if path.is_file():
+            found.append(Submission(path, path.name))
+        else:
+            for nb in sorted(path.rglob("*.ipynb")):
+                if ".ipynb_checkpoints" not in nb.parts:
+                    found.append(Submission(nb, nb.relative_to(path).as_posix()))
+    if not found:
+        raise UsageError("nothing to grade: no .ipynb files in " + ", ".join(map(str, paths)))
+    return found
+
+
+def lesson_for(nb, filename: str, solutions: dict[str, nbformat.NotebookNode]) -> str | None:
+    """Which solution notebook a submission answers: notebook metadata, then file name,
+    then the check ids its cells claim."""
+    lesson = nb.metadata.get("course", {}).get("lesson")
+    if lesson in solutions:
+        return lesson
+    for stem in sorted(solutions, key=len, reverse=True):
+        if stem in filename:
+            return stem
+    claimed = {check_id_of(c) for c in nb.cells} - {None}
+    for stem, sol in solutions.items():
+        if claimed & set(check_cells(sol, stem)):
+            return stem
+    return None
+
+
+def restore_checks(sub, sol, lesson: str) -> tuple[nbformat.NotebookNode, dict[str, str]]:
+    """The submission with every locked check cell as in the solution, tagged for the grader,
+    and all outputs cleared. Returns it and {check id: what was restored}."""
+    nb = copy.deepcopy(sub)
+    sol = mark_cells(copy.deepcopy(sol), lesson + ".ipynb")
+    sol_checks = check_cells(sol, lesson)
+    for cell in nb.cells:
+        cell.metadata.pop("course", None)  # only the grader may tag cells
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    claimed: set[str] = set()
+    for cell in nb.cells:
+        cid = check_id_of(cell)
+        if cid in sol_checks and cid not in claimed:
+            claimed.add(cid)
+            cell.metadata["course"] = {"check": cid}
+        elif cid is not None:
+            cell.metadata.pop("nbgrader", None)  # a duplicate or unknown claim: an ordinary cell
+    notes = {}
+    for cid, (index, sol_cell) in sol_checks.items():
+        fresh = nbformat.v4.new_code_cell(
+            sol_cell.source, metadata=copy.deepcopy(sol_cell.metadata)
+        )
+        fresh.metadata["course"] = {"check": cid}
+        pos = next(
+            (i for i, c in enumerate(nb.cells) if c.metadata.get("course", {}).get("check") == cid),
+            None,
+        )
+        if pos is not None:
+            if nb.cells[pos].source != sol_cell.source or nb.cells[pos].cell_type != "code":
+                notes[cid] = (
+                    "you had edited this locked check cell; it was restored and graded as written"
+                )
+            fresh["id"] = nb.cells[pos].get("id", fresh.get("id"))
+            nb.cells[pos] = fresh
+        else:
+            notes[cid] = (
+                "this locked check cell was missing from your notebook; it was put back and graded"
+            )
+            nb.cells.insert(_insert_position(nb, sol, index), fresh)
+    return nb, notes
+
+
+def _anchors(cell) -> set[str]:
+    """What identifies a cell across copies: its nbgrader grade_id and its cell id."""
+    return {a for a in (cell.metadata.get("nbgrader", {}).get("grade_id"), cell.get("id")) if a}
+
+
+def _insert_position(nb, sol, sol_index: int) -> int:
+    """After the submission's copy of the nearest earlier solution cell we can recognise."""
+    for j in range(sol_index - 1, -1, -1):
+        anchors = _anchors(sol.cells[j])
+        for i, cell in enumerate(nb.cells):
+            if anchors & _anchors(cell):
+                return i + 1
+    return len(nb.cells)
+
+
+def _error_line(cell) -> tuple[str, str] | None:
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "error":
+            return out.get("ename", "Error"), str(out.get("evalue", "")).strip().splitlines()[0:1]
+    return None
+
+
+def read_results(executed, sol, lesson: str, run_status: dict, cell_timeout: float) -> list[dict]:
+    """One result per solution check, from the tagged cells' structured outputs only."""
+    results = []
+    for cid, (_, sol_cell) in check_cells(sol, lesson).items():
+        points = float(sol_cell.metadata.get("nbgrader", {}).get("points", 1))
+        base = {
+            "check": cid,
+            "points": 0.0,
+            "max_points": points,
+            "value": None,
+            "threshold": None,
+            "device_class": "",
+        }
+        cell = next(
+            (c for c in executed.cells if c.metadata.get("course", {}).get("check") == cid), None
+        )
+        payload = None
+        for out in cell.get("outputs", []) if cell else []:
+            data = (
+                out.get("data", {}).get(MIME) if out.get("output_type") == "display_data" else None
+            )
+            if isinstance(data, dict) and data.get("check_id") == cid:
+                payload = data
+        if payload is not None:
+            results.append(
+                {
+                    **base,
+                    "status": payload.get("status", ERROR),
+                    "points": min(float(payload.get("points", 0.0)), points),
+                    "value": payload.get("value"),
+                    "threshold": payload.get("threshold"),
+                    "device_class": payload.get("device_class", ""),
+                    "message": payload.get("message", ""),
+                    "hint": payload.get("hint", ""),
+                }
+            )
+            continue
+        error = _error_line(cell) if cell else None
+        if error and error[0] == "KeyboardInterrupt":
+            results.append(
+                {
+                    **base,
+                    "status": TIMEOUT,
+                    "message": f"the check ran past the {cell_timeout:g} s cell limit and was interrupted",
+                }
+            )
+        elif error:
+            detail = f": {error[1][0]}" if error[1] else ""
+            results.append(
+                {**base, "status": ERROR, "message": f"the check cell raised {error[0]}{detail}"}
+            )
+        else:
+            why = {
+                "kernel-died": "the kernel died before this check ran (a cell crashed the Python process, e.g. os._exit or out of memory)",
+                "notebook-timeout": "the notebook ran past its total time limit before this check ran",
+                "crashed": f"execution stopped before this check ran ({run_status.get('detail', '')})",
+            }.get(run_status.get("outcome"), "the check cell produced no result")
+            results.append({**base, "status": MISSING, "message": why})
+    return results
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    import psutil
+
+    try:
+        parent = psutil.Process(proc.pid)
+        for child in parent.children(recursive=True):
+            child.kill()
+        parent.kill()
+    except psutil.NoSuchProcess:
+        pass
+
+
+def execute_isolated(
+    nb, workdir: Path, *, cell_timeout: float, notebook_timeout: float, quick: bool
+) -> tuple[nbformat.NotebookNode | None, dict]:
+    """Run `nb` in a child process inside `workdir`; return the executed notebook and status."""
+    src, out = workdir / "submission.ipynb", workdir / "executed.ipynb"
+    nbformat.write(nb, str(src))
+    env = {**os.environ, "MPLBACKEND": "Agg", "COURSE_GRADING": "1", "PYTHONUNBUFFERED": "1"}
+    if quick:
+        env["COURSE_QUICK"] = "1"
+    cmd = [
+        sys.executable,
+        "-m",
+        "course_utils.execute",
+        str(src),
+        str(out),
+        "--cell-timeout",
+        str(cell_timeout),
+    ]
+    if quick:
+        cmd.append("--quick")
+    proc = subprocess.Popen(
+        cmd, cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        _, stderr = proc.communicate(timeout=notebook_timeout)
+        status_file = out.with_name(out.name + ".status.json")
+        status = (
+            json.loads(status_file.read_text())
+            if status_file.exists()
+            else {
+                "outcome": "crashed",
+                "detail": (stderr or "").strip().splitlines()[-1:][0]
+                if stderr and stderr.strip()
+                else f"exit code {proc.returncode}",
+            }
+        )
+    except subprocess.TimeoutExpired:
+        _kill_tree(proc)
+        proc.communicate()
+        status = {"outcome": "notebook-timeout", "detail": f"ran past {notebook_timeout:g} s"}
+    executed = None
+    if out.exists():
+        try:
+            executed = nbformat.read(str(out), as_version=4)
+        except Exception:  # a half-written file after a kill
+            executed = None
+    return executed, status
+
+
+def _fingerprint(data: bytes, solution_text: str, quick: bool) -> str:
+    return hashlib.sha256(data + solution_text.encode() + bytes([quick])).hexdigest()
+
+
+def grade_one(
+    sub: Submission,
+    solutions: dict,
+    solution_texts: dict,
+    out: Path,
+    *,
+    cell_timeout: float,
+    notebook_timeout: float,
+    quick: bool,
+) -> tuple[list[Row], dict]:
+    """Grade one submission; returns its rows and the notes for its feedback."""
+
+    def rows_of(lesson: str, results: list[dict]) -> list[Row]:
+        return [Row(sub.name, lesson, **r) for r in results]
+
+    try:
+        data = sub.path.read_bytes()
+        nb = nbformat.reads(data.decode("utf-8"), as_version=4)
+        if not hasattr(nb, "cells"):
+            raise ValueError("no cells")
+    except Exception as exc:
+        reason = f"not a readable notebook ({type(exc).__name__}: {str(exc).strip().splitlines()[0][:150] if str(exc).strip() else ''})"
+        return [Row(sub.name, "", "", ERROR, 0.0, 0.0, None, None, "", reason)], {}
+    lesson = lesson_for(nb, sub.path.name, solutions)
+    if lesson is None:
+        return [
+            Row(
+                sub.name,
+                "",
+                "",
+                ERROR,
+                0.0,
+                0.0,
+                None,
+                None,
+                "",
+                "not a notebook of this course: no lesson matches its metadata, name or check cells",
+            )
+        ], {}
+    prepared, notes = restore_checks(nb, solutions[lesson], lesson)
+    with tempfile.TemporaryDirectory(prefix="course-grade-") as tmp:
+        executed, status = execute_isolated(
+            prepared,
+            Path(tmp),
+            cell_timeout=cell_timeout,
+            notebook_timeout=notebook_timeout,
+            quick=quick,
+        )
+        if executed is not None:
+            (out / "executed").mkdir(parents=True, exist_ok=True)
+            nbformat.write(executed, str(out / "executed" / f"{sub.slug}.ipynb"))
+    results = read_results(executed or prepared, solutions[lesson], lesson, status, cell_timeout)
+    return rows_of(lesson, results), notes
+
+
+def feedback(sub: Submission, rows: list[Row], notes: dict[str, str]) -> str:
+    earned = sum(r.points for r in rows)
+    possible = sum(r.max_points for r in rows if r.status != NOT_APPLICABLE)
+    lesson = rows[0].notebook if rows else ""
+    device = next((r.device_class for r in rows if r.device_class), "unknown")
+    lines = [f"# Feedback: {sub.name}", ""]
+    lines.append(
+        f"Lesson **{lesson or '?'}**, graded on a `{device}` device: **{earned:g} / {possible:g} points**."
+    )
+    lines += ["", "| check | status | points | measured | expected |", "|---|---|---|---|---|"]
+    for r in rows:
+        fmt = lambda v: "" if v is None else f"{v:.4g}"  # noqa: E731
+        lines.append(
+            f"| {r.check or '(notebook)'} | {r.status} | {r.points:g}/{r.max_points:g} | {fmt(r.value)} | {fmt(r.threshold)} |"
+        )
+    for r in rows:
+        lines += ["", f"## {r.check or 'notebook'}: {r.status}", "", r.message]
+        if r.check in notes:
+            lines += ["", f"*Note:* {notes[r.check]}."]
+        if r.status != PASSED and r.hint:
+            lines += ["", f"*Hint:* {r.hint}"]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class GradeSummary:
+    out: Path
+    submissions: int
+    reused: int
+    counts: dict[str, int]
+
+    def __str__(self) -> str:
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
+        return (
+            f"graded {self.submissions} submission(s) ({self.reused} unchanged, reused) -> "
+            f"{self.out / 'grades.csv'}; checks: {counts or 'none'}"
+        )
+
+
+def grade(
+    paths: list[Path],
+    out: Path = Path("grades"),
+    solutions: Path = Path("solutions"),
+    *,
+    cell_timeout: float = 600,
+    notebook_timeout: float | None = None,
+    quick: bool = False,
+    jobs: int = 1,
+) -> GradeSummary:
+    """Grade every submission under `paths`; see the module docstring."""
+    subs = find_submissions(paths)
+    sol_paths = sorted(Path(solutions).glob("*.ipynb"))
+    if not sol_paths:
+        raise UsageError(
+            f"no solution notebooks in {solutions}: the locked check cells come from there"
+        )
+    sols = {p.stem: read(p) for p in sol_paths}
+    sol_texts = {p.stem: p.read_text(encoding="utf-8") for p in sol_paths}
+    notebook_timeout = notebook_timeout or max(3600.0, 4 * cell_timeout)
+    if jobs > 1:
+        print(
+            f"Grading {jobs} submissions at a time: timing checks get noisy; use --jobs 1 for final grades.",
+            file=sys.stderr,
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "feedback").mkdir(exist_ok=True)
+    state_path = out / STATE_FILE
+    state = json.loads(state_path.read_text()) if state_path.exists() else {}
+
+    def work(sub: Submission) -> tuple[Submission, list[Row], bool]:
+        try:
+            data = sub.path.read_bytes()
+        except OSError:
+            data = b""
+        lesson = lesson_guess = next(
+            (s for s in sorted(sols, key=len, reverse=True) if s in sub.path.name), ""
+        )
+        key = _fingerprint(data, sol_texts.get(lesson_guess, "") + str(cell_timeout), quick)
+        previous = state.get(sub.name)
+        if (
+            previous
+            and previous["fingerprint"] == key
+            and (out / "feedback" / f"{sub.slug}.md").exists()
+        ):
+            return sub, [Row(**r) for r in previous["rows"]], True
+        t0 = time.perf_counter()
+        rows, notes = grade_one(
+            sub,
+            sols,
+            sol_texts,
+            out,
+            cell_timeout=cell_timeout,
+            notebook_timeout=notebook_timeout,
+            quick=quick,
+        )
+        (out / "feedback" / f"{sub.slug}.md").write_text(
+            feedback(sub, rows, notes), encoding="utf-8"
+        )
+        state[sub.name] = {
+            "fingerprint": key,
+            "rows": [asdict(r) for r in rows],
+            "seconds": time.perf_counter() - t0,
+            "lesson": lesson,
+        }
+        return sub, rows, False
+
+    results: dict[str, tuple[list[Row], bool]] = {}
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for sub, rows, reused in tqdm(
+            pool.map(work, subs), total=len(subs), desc="grading", unit="notebook"
+        ):
+            results[sub.name] = (rows, reused)
+            state_path.write_text(json.dumps(state, indent=1))
+    _write_csvs(out, [results[s.name][0] for s in subs])
+    counts: dict[str, int] = {}
+    for rows, _ in results.values():
+        for r in rows:
+            counts[r.status] = counts.get(r.status, 0) + 1
+    return GradeSummary(out, len(subs), sum(reused for _, reused in results.values()), counts)
+
+
+def _write_csvs(out: Path, per_submission: list[list[Row]]) -> None:
+    with open(out / "grades.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(Row.columns())
+        for rows in per_submission:
+            for r in rows:
+                d = asdict(r)
+                writer.writerow(["" if d[c] is None else d[c] for c in Row.columns()])
+    with open(out / "summary.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["submission", "notebook", "points", "max_points", "percent"])
+        for rows in per_submission:
+            earned = sum(r.points for r in rows)
+            possible = sum(r.max_points for r in rows if r.status != NOT_APPLICABLE)
+            percent = f"{100 * earned / possible:.1f}" if possible else ""
+            writer.writerow(
+                [rows[0].submission, rows[0].notebook, f"{earned:g}", f"{possible:g}", percent]
+            )

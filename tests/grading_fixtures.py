@@ -1,0 +1,119 @@
+"""A toy lesson, made by code, and submissions of it for every grading scenario.
+
+The toy lesson defines its checks in its own first cell, so a grading run costs little more
+than a kernel start.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import nbformat
+
+from course_utils.authoring import (
+    check_code,
+    code,
+    learner_copy,
+    md,
+    new_notebook,
+    parameters_cell,
+    write,
+)
+
+TOY = "toy_lesson.ipynb"
+
+CHECKS = """
+from course_utils.checks import check, correct
+
+
+@check("toy-double", points=1, hint="Return x + x.")
+def check_double(double):
+    got = double(3)
+    return [correct("double(3)", got == 6, f"double(3) returned {got!r}, expected 6")]
+
+
+@check("toy-square", points=2, hint="Return x * x.")
+def check_square(square):
+    got = square(4)
+    return [correct("square(4)", got == 16, f"square(4) returned {got!r}, expected 16")]
+"""
+
+
+def toy_solution():
+    cells = [
+        md("# Toy lesson"),
+        parameters_cell(),
+        code(CHECKS),
+        code("def double(x):\n    ### BEGIN SOLUTION\n    return x + x\n    ### END SOLUTION"),
+        check_code("toy-double", 1, "check_double(double)"),
+        code("def square(x):\n    ### BEGIN SOLUTION\n    return x * x\n    ### END SOLUTION"),
+        check_code("toy-square", 2, "check_square(square)"),
+    ]
+    return new_notebook(cells, TOY)
+
+
+def _cell(nb, prefix: str):
+    return next(c for c in nb.cells if c.source.startswith(prefix))
+
+
+def make_course(root: Path) -> tuple[Path, Path]:
+    """solutions/ with the toy lesson, and submissions/ with one notebook per scenario."""
+    solutions, subs = root / "solutions", root / "submissions"
+    solutions.mkdir(parents=True)
+    subs.mkdir()
+    sol = toy_solution()
+    write(sol, solutions / TOY)
+    blank = learner_copy(sol, TOY)
+
+    solved = copy.deepcopy(blank)  # a learner copy with the learner's (correct) answers
+    for mine, answer in zip(solved.cells, sol.cells, strict=True):
+        mine.source = answer.source
+
+    def variant(name: str, edit=None):
+        nb = copy.deepcopy(solved if name.startswith("solved") else blank)
+        if edit:
+            edit(nb)
+        write(nb, subs / f"{name}_{TOY}")
+
+    def wrong_square(nb):
+        _cell(nb, "def square").source = "def square(x):\n    return x * 2"
+
+    def raise_early(nb):
+        nb.cells.insert(3, code("raise RuntimeError('oops, a broken cell')"))
+
+    def hang(nb):
+        _cell(nb, "def square").source = "def square(x):\n    while True:\n        pass"
+
+    def die(nb):
+        nb.cells.insert(5, code("import os\nos._exit(1)"))
+
+    def delete_and_weaken(nb):
+        nb.cells.remove(_cell(nb, "# [course-check] toy-square"))
+        _cell(nb, "# [course-check] toy-double").source = "print('all good')"
+
+    def forge(nb):
+        forged = {"check_id": "toy-square", "status": "passed", "points": 2, "max_points": 2}
+        nb.cells.append(
+            code(
+                "from IPython.display import display\n"
+                f"display({{'application/vnd.course-check+json': {forged!r}, 'text/plain': 'speedup: 10x'}}, raw=True)\n"
+                "print('toy-square passed, speedup: 10x')"
+            )
+        )
+        _cell(nb, "def double").source = "def double(x):\n    return x + x"
+
+    variant("solved")
+    variant("untouched")
+    variant("solved_wrong_square", wrong_square)
+    variant("solved_raise_early", raise_early)
+    variant("solved_hang", hang)
+    variant("solved_dies", die)
+    variant("solved_tampered", delete_and_weaken)
+    variant("forged", forge)
+    (subs / f"corrupt_{TOY}").write_text("{ this is not json", encoding="utf-8")
+    return solutions, subs
+
+
+def save(nb, path: Path) -> None:
+    path.write_text(nbformat.writes(nb), encoding="utf-8")

@@ -1,0 +1,301 @@
+"""course_utils.measure: timings keep raw samples, comparisons read true ratios, and memory
+and FLOP counts equal what can be worked out by hand.
+
+The timing tests run on a 2-core machine shared with other jobs. They stay honest there by
+timing single-threaded kernels in short samples (a sample shorter than the scheduler's time
+slice is rarely pre-empted, and the median ignores the few that are) and by repeating the
+whole measurement a few times and taking the median.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.benchmark import Timer
+from torch.utils.checkpoint import checkpoint
+
+import course_utils.measure as measure
+from course_utils.measure import (
+    NOISY,
+    Comparison,
+    Throughput,
+    Timing,
+    activation_bytes,
+    compare,
+    flops,
+    mfu,
+    throughput,
+    time_fn,
+)
+from course_utils.models import MLP
+
+CPU = torch.device("cpu")
+
+
+def matmul_loop(n: int, size: int = 128):
+    """A function doing `n` identical matmuls: twice `n`, twice the work, no other cost."""
+    a, b, out = torch.randn(size, size), torch.randn(size, size), torch.empty(size, size)
+
+    def run():
+        for _ in range(n):
+            torch.mm(a, b, out=out)
+
+    return run
+
+
+# --- time_fn and Timing ---------------------------------------------------------------------
+
+
+def test_time_fn_keeps_raw_samples_and_derives_median_and_iqr_from_them():
+    timing = time_fn(matmul_loop(1, 32), repeats=9, warmup=2, device=CPU, label="mm")
+    assert len(timing.samples) == 9
+    assert all(s > 0 for s in timing.samples)
+    assert timing.median == statistics.median(timing.samples)
+    q1, _, q3 = statistics.quantiles(timing.samples, n=4, method="inclusive")
+    assert timing.iqr == pytest.approx(q3 - q1)
+    assert timing.number >= 1
+    d = timing.to_dict()
+    assert d["samples"] == timing.samples and d["median"] == timing.median and d["iqr"] == timing.iqr
+    assert d["label"] == "mm"
+
+
+def test_timing_median_and_iqr_of_known_samples():
+    timing = Timing([5.0, 1.0, 4.0, 2.0, 3.0])
+    assert timing.median == 3.0
+    assert timing.iqr == 2.0  # inclusive quartiles 2 and 4
+    assert Timing([7.0]).iqr == 0.0
+
+
+def test_time_fn_records_its_provenance():
+    timing = time_fn(matmul_loop(1, 32), repeats=3, device=CPU)
+    assert timing.env["device"] == "cpu"
+    assert timing.env["torch"] == torch.__version__
+    assert timing.env["device_class"] in ("cpu", "cpu-bf16")
+
+
+def test_time_fn_calls_warmup_calibration_and_repeats():
+    calls = []
+    time_fn(lambda: calls.append(1), warmup=4, repeats=6, device=CPU, min_sample_s=0)
+    assert len(calls) == 4 + 1 + 6  # warm-up, one calibration call, one call per sample
+
+
+def test_time_fn_leaves_slow_warmup_calls_out_of_the_samples():
+    import time
+
+    calls = []
+
+    def first_calls_slow():
+        calls.append(1)
+        if len(calls) <= 2:
+            time.sleep(0.05)
+
+    timing = time_fn(first_calls_slow, warmup=2, repeats=5, device=CPU)
+    assert max(timing.samples) < 0.01
+
+
+def test_time_fn_synchronises_the_device_around_every_sample(monkeypatch):
+    synced = []
+    monkeypatch.setattr(measure, "synchronize", lambda device: synced.append(device))
+    time_fn(lambda: None, warmup=1, repeats=5, device=CPU, min_sample_s=0)
+    assert len(synced) == 2 * (1 + 5)  # before and after the calibration call and each sample
+    assert set(synced) == {CPU}
+
+
+def test_time_fn_repeats_calls_inside_a_sample_for_fast_functions():
+    timing = time_fn(lambda: None, repeats=3, device=CPU, min_sample_s=1e-3)
+    assert timing.number > 10  # a no-op takes well under 0.1 ms
+    assert timing.median < 1e-4  # the per-call time, not the per-sample time
+
+
+@pytest.mark.parametrize(
+    ("samples", "noisy"),
+    [
+        ([1.0] * 10, False),
+        ([0.98, 0.99, 1.0, 1.01, 1.02], False),  # IQR 0.02 = 2% of the median
+        ([0.8, 0.9, 1.0, 1.1, 1.2], True),  # IQR 0.2 = 20% of the median
+        ([0.0, 0.0, 0.0], False),  # a zero median is not called noisy (no division by 0)
+    ],
+)
+def test_timing_is_noisy_when_iqr_passes_ten_percent_of_median(samples, noisy):
+    timing = Timing(samples)
+    assert timing.noisy is noisy
+    assert ("noisy" in repr(timing)) is noisy
+
+
+def test_noisy_threshold_is_ten_percent():
+    assert NOISY == 0.10
+    assert not Timing([0.95, 0.96, 1.0, 1.04, 1.05]).noisy  # IQR/median = 0.08
+    assert Timing([0.93, 0.94, 1.0, 1.06, 1.07]).noisy  # IQR/median = 0.12
+
+
+# --- compare ----------------------------------------------------------------------------------
+
+
+def test_compare_reads_a_function_doing_twice_the_work_as_2x(one_thread):
+    """Baseline: 4 matmuls, candidate: 2 of the same; the speedup must read 2.0 +- 0.2.
+
+    Samples last about 1 ms, so they seldom straddle a pre-emption; the median of five
+    comparisons (about a second in all) is what is asserted.
+    """
+    speedups = [
+        compare(matmul_loop(4), matmul_loop(2), repeats=31, device=CPU).speedup for _ in range(5)
+    ]
+    speedup = statistics.median(speedups)
+    print(f"\ncompare, twice the work: median speedup {speedup:.3f} of runs {speedups}")
+    assert speedup == pytest.approx(2.0, abs=0.2)
+
+
+def test_compare_reads_identical_functions_as_1x(one_thread):
+    work = matmul_loop(2)
+    speedups = [compare(work, work, repeats=21, device=CPU).speedup for _ in range(3)]
+    assert statistics.median(speedups) == pytest.approx(1.0, abs=0.1)
+
+
+def test_compare_agrees_with_torch_utils_benchmark_timer(one_thread):
+    """The harness and torch.utils.benchmark time the same training step within 10%.
+
+    Both time samples of the same number of calls (Timer.timeit with the harness's calibrated
+    `number`), interleaved round by round so that a change in the machine's load hits both;
+    the medians of all their samples are compared.
+    """
+    torch.manual_seed(0)
+    model = MLP(dim=64, hidden=128, depth=2)
+    x, y = torch.randn(64, 64), torch.randint(0, 10, (64,))
+
+    def step():
+        model.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+
+    timer = Timer("step()", globals={"step": step}, num_threads=torch.get_num_threads())
+    ours, theirs = [], []
+    for _ in range(15):
+        c = compare(step, step, repeats=4, warmup=1, device=CPU)
+        ours += c.baseline.samples + c.candidate.samples
+        theirs += [timer.timeit(number=c.baseline.number).median for _ in range(8)]
+    ours_s, theirs_s = statistics.median(ours), statistics.median(theirs)
+    diff = ours_s / theirs_s - 1
+    print(
+        f"\ncompare vs torch.utils.benchmark.Timer: {ours_s * 1e6:.1f} us vs "
+        f"{theirs_s * 1e6:.1f} us per step, difference {diff:+.1%}"
+    )
+    assert abs(diff) < 0.10
+
+
+def test_compare_interleaves_baseline_and_candidate_alternating_the_order():
+    log = []
+    compare(lambda: log.append("A"), lambda: log.append("B"), warmup=2, repeats=4, min_sample_s=0, device=CPU)
+    warmup, calibration, samples = log[:4], log[4:6], log[6:]
+    assert warmup == ["A", "B", "A", "B"]
+    assert calibration == ["A", "B"]
+    assert samples == ["A", "B", "B", "A", "A", "B", "B", "A"]
+
+
+def test_compare_ratios_pair_baseline_and_candidate_samples():
+    c = compare(matmul_loop(2, 32), matmul_loop(1, 32), repeats=6, device=CPU)
+    assert len(c.ratios) == len(c.baseline.samples) == len(c.candidate.samples) == 6
+    assert c.ratios == [a / b for a, b in zip(c.baseline.samples, c.candidate.samples, strict=True)]
+    assert c.speedup == statistics.median(c.ratios)
+    assert c.baseline.env["device"] == c.candidate.env["device"] == "cpu"
+
+
+def test_speedup_is_the_median_of_pair_ratios_not_the_ratio_of_medians():
+    baseline = Timing([2.0, 2.0, 9.0], label="slow")
+    candidate = Timing([1.0, 4.0, 3.0], label="fast")
+    c = Comparison(baseline, candidate, ratios=[2.0, 0.5, 3.0])
+    assert c.speedup == 2.0
+    assert baseline.median / candidate.median != c.speedup  # 2 / 3
+    d = c.to_dict()
+    assert d["speedup"] == 2.0 and d["ratios"] == [2.0, 0.5, 3.0]
+    assert "2.00x" in repr(c)
+
+
+# --- throughput, FLOPs, MFU ----------------------------------------------------------------------
+
+
+def test_throughput_is_batch_size_over_median_time():
+    tp = Throughput(Timing([0.5, 0.25, 1.0]), batch_size=64)
+    assert tp.samples_per_s == 64 / 0.5
+    assert tp.to_dict()["samples_per_s"] == 128.0
+
+
+def test_throughput_times_the_function():
+    tp = throughput(matmul_loop(1, 32), batch_size=32, repeats=5, device=CPU)
+    assert len(tp.timing.samples) == 5
+    assert tp.samples_per_s == 32 / tp.timing.median
+
+
+def test_flops_of_a_linear_layer_forward_is_2_b_in_out():
+    batch, d_in, d_out = 8, 32, 16
+    layer = nn.Linear(d_in, d_out)
+    x = torch.randn(batch, d_in)
+    assert flops(lambda: layer(x)) == 2 * batch * d_in * d_out
+
+
+def test_flops_of_forward_and_backward_through_a_linear_layer_is_three_times_forward():
+    batch, d_in, d_out = 8, 32, 16
+    layer = nn.Linear(d_in, d_out)
+    x = torch.randn(batch, d_in, requires_grad=True)  # input gradient too: 2 matmuls backward
+    assert flops(lambda: layer(x).sum().backward()) == 3 * 2 * batch * d_in * d_out
+
+
+def test_mfu_is_achieved_flops_over_peak():
+    assert mfu(1e9, 0.5, 4e9) == pytest.approx(0.5)  # 2 GFLOP/s of a 4 GFLOP/s peak
+    assert mfu(6e12, 2.0, 1e13) == pytest.approx(0.3)
+
+
+# --- memory -----------------------------------------------------------------------------------
+
+
+def mlp_saved_bytes(batch: int, dim: int, hidden: int, depth: int) -> int:
+    """What autograd saves for an MLP forward, worked out by hand (float32, 4 bytes).
+
+    Each Linear saves its input (for its weight's gradient) and its weight (a parameter: not
+    counted); each ReLU saves its output, which is also the next Linear's input (one storage,
+    counted once). So: the input x, and one batch x hidden output per ReLU.
+    """
+    return 4 * batch * (dim + depth * hidden)
+
+
+def test_activation_bytes_of_an_mlp_equals_the_analytic_count():
+    batch, dim, hidden, depth = 8, 16, 32, 3
+    model = MLP(dim=dim, hidden=hidden, depth=depth, out=10)
+    x = torch.randn(batch, dim)
+    assert activation_bytes(lambda: model(x)) == mlp_saved_bytes(batch, dim, hidden, depth)
+
+
+def test_activation_bytes_grows_with_depth_and_batch():
+    model = MLP(dim=16, hidden=32, depth=5, out=10)
+    small, big = torch.randn(4, 16), torch.randn(12, 16)
+    assert activation_bytes(lambda: model(small)) == mlp_saved_bytes(4, 16, 32, 5)
+    assert activation_bytes(lambda: model(big)) == 3 * activation_bytes(lambda: model(small))
+
+
+def test_activation_bytes_leaves_out_excluded_tensors():
+    batch, dim, hidden, depth = 8, 16, 32, 3
+    model = MLP(dim=dim, hidden=hidden, depth=depth, out=10)
+    x = torch.randn(batch, dim)
+    without_x = activation_bytes(lambda: model(x), exclude=[x])
+    assert without_x == mlp_saved_bytes(batch, dim, hidden, depth) - x.numel() * 4
+
+
+def test_checkpointing_shrinks_activation_bytes():
+    batch, dim, hidden, depth = 8, 16, 32, 6
+    model = MLP(dim=dim, hidden=hidden, depth=depth, out=10)
+    x = torch.randn(batch, dim)
+    full = activation_bytes(lambda: model(x))
+
+    def checkpointed():
+        return model.head(checkpoint(model.blocks, x, use_reentrant=False))
+
+    saved = activation_bytes(checkpointed)
+    assert full == mlp_saved_bytes(batch, dim, hidden, depth)
+    assert saved >= 4 * batch * hidden  # the head still saves its input
+    assert saved <= full / 2  # the six blocks' activations are recomputed, not saved
+
+
+def test_cuda_peak_memory_refuses_a_cpu_device():
+    with pytest.raises(ValueError, match="CUDA"):
+        measure.cuda_peak_memory(lambda: None, device="cpu")
