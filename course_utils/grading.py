@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import nbformat
@@ -48,11 +48,12 @@ class Row:
     threshold: float | None
     device_class: str
     message: str
-    hint: str = ""  # for feedback only; not a grades.csv column
+    hint: str = ""  # hint and parts are for the feedback only, not grades.csv columns
+    parts: list = field(default_factory=list)
 
     @classmethod
     def columns(cls) -> list[str]:
-        return [f.name for f in fields(cls) if f.name != "hint"]
+        return [f.name for f in fields(cls) if f.name not in ("hint", "parts")]
 
 
 @dataclass
@@ -196,6 +197,7 @@ def read_results(executed, sol, lesson: str, run_status: dict, cell_timeout: flo
                     "device_class": payload.get("device_class", ""),
                     "message": payload.get("message", ""),
                     "hint": payload.get("hint", ""),
+                    "parts": payload.get("parts", []),
                 }
             )
             continue
@@ -241,7 +243,7 @@ def execute_isolated(
     """Run `nb` in a child process inside `workdir`; return the executed notebook and status."""
     src, out = workdir / "submission.ipynb", workdir / "executed.ipynb"
     nbformat.write(nb, str(src))
-    env = {**os.environ, "MPLBACKEND": "Agg", "COURSE_GRADING": "1", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1"}
     if quick:
         env["COURSE_QUICK"] = "1"
     cmd = [
@@ -284,14 +286,14 @@ def execute_isolated(
     return executed, status
 
 
-def _fingerprint(data: bytes, solution_text: str, quick: bool) -> str:
-    return hashlib.sha256(data + solution_text.encode() + bytes([quick])).hexdigest()
+def _fingerprint(data: bytes, settings: str) -> str:
+    """Same submission, same solutions and settings: the grades can be reused."""
+    return hashlib.sha256(data + settings.encode()).hexdigest()
 
 
 def grade_one(
     sub: Submission,
     solutions: dict,
-    solution_texts: dict,
     out: Path,
     *,
     cell_timeout: float,
@@ -359,7 +361,8 @@ def feedback(sub: Submission, rows: list[Row], notes: dict[str, str]) -> str:
             f"| {r.check or '(notebook)'} | {r.status} | {r.points:g}/{r.max_points:g} | {fmt(r.value)} | {fmt(r.threshold)} |"
         )
     for r in rows:
-        lines += ["", f"## {r.check or 'notebook'}: {r.status}", "", r.message]
+        lines += ["", f"## {r.check or 'notebook'}: {r.status}", ""]
+        lines += [f"- {p['name']} ({p['status']}): {p['message']}" for p in r.parts] or [r.message]
         if r.check in notes:
             lines += ["", f"*Note:* {notes[r.check]}."]
         if r.status != PASSED and r.hint:
@@ -400,7 +403,7 @@ def grade(
             f"no solution notebooks in {solutions}: the locked check cells come from there"
         )
     sols = {p.stem: read(p) for p in sol_paths}
-    sol_texts = {p.stem: p.read_text(encoding="utf-8") for p in sol_paths}
+    settings = "".join(p.read_text(encoding="utf-8") for p in sol_paths) + f"{cell_timeout}{quick}"
     notebook_timeout = notebook_timeout or max(3600.0, 4 * cell_timeout)
     if jobs > 1:
         print(
@@ -417,10 +420,7 @@ def grade(
             data = sub.path.read_bytes()
         except OSError:
             data = b""
-        lesson = lesson_guess = next(
-            (s for s in sorted(sols, key=len, reverse=True) if s in sub.path.name), ""
-        )
-        key = _fingerprint(data, sol_texts.get(lesson_guess, "") + str(cell_timeout), quick)
+        key = _fingerprint(data, settings)
         previous = state.get(sub.name)
         if (
             previous
@@ -432,7 +432,6 @@ def grade(
         rows, notes = grade_one(
             sub,
             sols,
-            sol_texts,
             out,
             cell_timeout=cell_timeout,
             notebook_timeout=notebook_timeout,
@@ -445,7 +444,6 @@ def grade(
             "fingerprint": key,
             "rows": [asdict(r) for r in rows],
             "seconds": time.perf_counter() - t0,
-            "lesson": lesson,
         }
         return sub, rows, False
 

@@ -66,7 +66,8 @@ def train(
     loader: Iterable,
     optimizer: torch.optim.Optimizer,
     *,
-    steps: int,
+    steps: int | None = None,
+    epochs: int | None = None,
     scheduler=None,
     loss_fn=None,
     amp: bool = False,
@@ -78,12 +79,15 @@ def train(
     device: torch.device | str | None = None,
     progress: bool = True,
 ) -> History:
-    """Train for `steps` optimizer steps and return the History.
+    """Train for `steps` optimizer steps (or `epochs` passes over `loader`); return the History.
 
     `scheduler` is stepped once per optimizer step (one-cycle and warm-up schedules are
     per-batch schedules). With `accumulate` > 1 each step sees that many micro-batches, and
     the loss is divided so the gradient equals the full-batch mean.
     """
+    if (steps is None) == (epochs is None):
+        raise ValueError("give either steps or epochs")
+    steps = steps if steps is not None else epochs * (len(loader) // accumulate)
     device = torch.device(device) if device is not None else get_device()
     loss_fn = loss_fn or nn.CrossEntropyLoss()
     memory_format = torch.channels_last if channels_last else torch.contiguous_format

@@ -4,6 +4,7 @@ in DataLoader workers started with `spawn`; load_data picks it when told to."""
 from __future__ import annotations
 
 import collections
+import io
 import time
 
 import pytest
@@ -17,11 +18,12 @@ from course_utils.data import (
     OfflineImages,
     dataset_source,
     load_data,
-    test_transform,
     to_tensors,
     train_transform,
 )
 from course_utils.models import SmallCNN
+
+eval_transform = data.test_transform  # imported under its own name, pytest would collect it
 
 
 @pytest.fixture
@@ -41,8 +43,8 @@ def test_two_instances_render_identical_bytes_and_labels(monkeypatch):
 
 
 def test_two_instances_decode_identical_tensors(fresh_cache):
-    a = OfflineImages(50, transform=test_transform())
-    b = OfflineImages(50, transform=test_transform())
+    a = OfflineImages(50, transform=eval_transform())
+    b = OfflineImages(50, transform=eval_transform())
     for i in (0, 17, 49):
         assert torch.equal(a[i][0], b[i][0])
         assert a[i][1] == b[i][1]
@@ -65,7 +67,7 @@ def test_items_are_jpeg_bytes_decoded_on_access(fresh_cache):
 
 def test_stored_size_sets_the_encoded_image_size(fresh_cache):
     ds = OfflineImages(4, stored_size=64, transform=train_transform(32, stored_size=64))
-    assert Image.open(__import__("io").BytesIO(ds.blobs[0])).size == (64, 64)
+    assert Image.open(io.BytesIO(ds.blobs[0])).size == (64, 64)
     assert ds[0][0].shape == (3, 32, 32)
 
 
@@ -77,7 +79,7 @@ def test_labels_are_balanced_across_the_ten_classes():
 
 
 def test_to_tensors_decodes_images_and_labels():
-    ds = OfflineImages(40, transform=test_transform())
+    ds = OfflineImages(40, transform=eval_transform())
     x, y = to_tensors(ds)
     assert x.shape == (40, 3, 32, 32) and x.dtype == torch.float32
     assert y.shape == (40,) and y.dtype == torch.int64
@@ -87,7 +89,7 @@ def test_to_tensors_decodes_images_and_labels():
 
 
 def test_to_tensors_stops_at_the_limit():
-    x, y = to_tensors(OfflineImages(40, transform=test_transform()), limit=8)
+    x, y = to_tensors(OfflineImages(40, transform=eval_transform()), limit=8)
     assert x.shape[0] == y.shape[0] == 8
 
 
@@ -96,8 +98,8 @@ def test_a_small_cnn_learns_the_offline_set_well_above_chance(one_thread):
     images (about 86% measured); under 30 s on a loaded 2-core machine, single-threaded."""
     start = time.perf_counter()
     torch.manual_seed(0)
-    x, y = to_tensors(OfflineImages(4000, transform=test_transform()))
-    x_test, y_test = to_tensors(OfflineImages(500, train=False, transform=test_transform()))
+    x, y = to_tensors(OfflineImages(4000, transform=eval_transform()))
+    x_test, y_test = to_tensors(OfflineImages(500, train=False, transform=eval_transform()))
     model = SmallCNN(width=16)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     g = torch.Generator().manual_seed(0)
@@ -110,7 +112,9 @@ def test_a_small_cnn_learns_the_offline_set_well_above_chance(one_thread):
     model.eval()
     with torch.no_grad():
         accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
-    print(f"\noffline set: held-out accuracy {accuracy:.1%} after 250 steps, {time.perf_counter() - start:.1f} s")
+    print(
+        f"\noffline set: held-out accuracy {accuracy:.1%} after 250 steps, {time.perf_counter() - start:.1f} s"
+    )
     assert accuracy > 0.40
 
 

@@ -90,7 +90,13 @@ def test_device_class_of_this_machine_is_a_known_class():
 
 @pytest.mark.parametrize(
     ("capability", "dtype"),
-    [((6, 1), torch.float16), ((7, 0), torch.float16), ((7, 5), torch.float16), ((8, 0), torch.bfloat16), ((9, 0), torch.bfloat16)],
+    [
+        ((6, 1), torch.float16),
+        ((7, 0), torch.float16),
+        ((7, 5), torch.float16),
+        ((8, 0), torch.bfloat16),
+        ((9, 0), torch.bfloat16),
+    ],
     ids=["P100", "V100", "T4", "A100", "H100"],
 )
 def test_amp_dtype_is_fp16_before_ampere_and_bf16_from_ampere(fake_gpu, capability, dtype):
@@ -123,7 +129,13 @@ def test_get_device_argument_beats_course_device(monkeypatch):
 
 def test_get_device_without_course_device_picks_an_available_device(monkeypatch):
     monkeypatch.delenv("COURSE_DEVICE", raising=False)
-    expected = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    expected = (
+        "cuda"
+        if torch.cuda.is_available()
+        else "mps"
+        if torch.backends.mps.is_available()
+        else "cpu"
+    )
     assert get_device().type == expected
 
 
@@ -158,7 +170,9 @@ def test_gpu_peak_flops_looks_up_the_data_sheet_figure_by_name(name, fp32, half)
     assert gpu_peak_flops(name, torch.bfloat16) == half
 
 
-@pytest.mark.parametrize("name", ["NVIDIA GeForce GTX 1080", "NVIDIA L40", "Radeon Instinct MI300X"])
+@pytest.mark.parametrize(
+    "name", ["NVIDIA GeForce GTX 1080", "NVIDIA L40", "Radeon Instinct MI300X"]
+)
 def test_gpu_peak_flops_is_none_for_a_gpu_not_in_the_table(name):
     assert gpu_peak_flops(name) is None
 

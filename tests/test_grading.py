@@ -7,6 +7,7 @@ one question of the grades. A cell limit of 40 s leaves room for torch's import 
 
 from __future__ import annotations
 
+import copy
 import csv
 import hashlib
 import json
@@ -147,7 +148,7 @@ def test_grade_reuses_unchanged_submissions(graded):
 def test_restore_tags_only_the_first_claim_of_a_check(graded):
     sol = read(graded["solutions"] / TOY)
     sub = learner_copy(sol, TOY)
-    sub.cells.append(sub.cells[4].copy())  # a second cell claiming toy-double
+    sub.cells.append(copy.deepcopy(sub.cells[4]))  # a second cell claiming toy-double
     restored, _ = restore_checks(sub, sol, "toy_lesson")
     tagged = [
         c for c in restored.cells if c.metadata.get("course", {}).get("check") == "toy-double"

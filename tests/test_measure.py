@@ -10,6 +10,7 @@ whole measurement a few times and taking the median.
 from __future__ import annotations
 
 import statistics
+import time
 
 import pytest
 import torch
@@ -33,6 +34,10 @@ from course_utils.measure import (
 from course_utils.models import MLP
 
 CPU = torch.device("cpu")
+
+# Every test here times on one thread: with two threads on a loaded 2-core machine, even a
+# 32x32 matmul can take 40 ms (one thread waits at a barrier for the other to be scheduled).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def matmul_loop(n: int, size: int = 128):
@@ -58,7 +63,9 @@ def test_time_fn_keeps_raw_samples_and_derives_median_and_iqr_from_them():
     assert timing.iqr == pytest.approx(q3 - q1)
     assert timing.number >= 1
     d = timing.to_dict()
-    assert d["samples"] == timing.samples and d["median"] == timing.median and d["iqr"] == timing.iqr
+    assert (
+        d["samples"] == timing.samples and d["median"] == timing.median and d["iqr"] == timing.iqr
+    )
     assert d["label"] == "mm"
 
 
@@ -83,17 +90,15 @@ def test_time_fn_calls_warmup_calibration_and_repeats():
 
 
 def test_time_fn_leaves_slow_warmup_calls_out_of_the_samples():
-    import time
-
     calls = []
 
     def first_calls_slow():
         calls.append(1)
         if len(calls) <= 2:
-            time.sleep(0.05)
+            time.sleep(0.2)
 
     timing = time_fn(first_calls_slow, warmup=2, repeats=5, device=CPU)
-    assert max(timing.samples) < 0.01
+    assert max(timing.samples) < 0.1
 
 
 def test_time_fn_synchronises_the_device_around_every_sample(monkeypatch):
@@ -134,7 +139,7 @@ def test_noisy_threshold_is_ten_percent():
 # --- compare ----------------------------------------------------------------------------------
 
 
-def test_compare_reads_a_function_doing_twice_the_work_as_2x(one_thread):
+def test_compare_reads_a_function_doing_twice_the_work_as_2x():
     """Baseline: 4 matmuls, candidate: 2 of the same; the speedup must read 2.0 +- 0.2.
 
     Samples last about 1 ms, so they seldom straddle a pre-emption; the median of five
@@ -148,13 +153,13 @@ def test_compare_reads_a_function_doing_twice_the_work_as_2x(one_thread):
     assert speedup == pytest.approx(2.0, abs=0.2)
 
 
-def test_compare_reads_identical_functions_as_1x(one_thread):
+def test_compare_reads_identical_functions_as_1x():
     work = matmul_loop(2)
     speedups = [compare(work, work, repeats=21, device=CPU).speedup for _ in range(3)]
     assert statistics.median(speedups) == pytest.approx(1.0, abs=0.1)
 
 
-def test_compare_agrees_with_torch_utils_benchmark_timer(one_thread):
+def test_compare_agrees_with_torch_utils_benchmark_timer():
     """The harness and torch.utils.benchmark time the same training step within 10%.
 
     Both time samples of the same number of calls (Timer.timeit with the harness's calibrated
@@ -186,7 +191,14 @@ def test_compare_agrees_with_torch_utils_benchmark_timer(one_thread):
 
 def test_compare_interleaves_baseline_and_candidate_alternating_the_order():
     log = []
-    compare(lambda: log.append("A"), lambda: log.append("B"), warmup=2, repeats=4, min_sample_s=0, device=CPU)
+    compare(
+        lambda: log.append("A"),
+        lambda: log.append("B"),
+        warmup=2,
+        repeats=4,
+        min_sample_s=0,
+        device=CPU,
+    )
     warmup, calibration, samples = log[:4], log[4:6], log[6:]
     assert warmup == ["A", "B", "A", "B"]
     assert calibration == ["A", "B"]

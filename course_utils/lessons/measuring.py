@@ -89,12 +89,17 @@ def reference_time_step(step, synchronize, warmup: int = 3, repeats: int = 10) -
 )
 def check_step_timer(time_step):
     step_s = 0.03
-    step, sync = make_async_step(step_s, first_call_s=0.6)
-    measured = time_step(step, sync)
+
+    def close_enough(t) -> bool:
+        return isinstance(t, float) and abs(t - step_s) <= 0.25 * step_s
+
+    measured = retry_measure(
+        lambda: time_step(*make_async_step(step_s, first_call_s=0.6)), ok=close_enough
+    )
     parts = [
         correct(
             "async step",
-            isinstance(measured, float) and abs(measured - step_s) <= 0.25 * step_s,
+            close_enough(measured),
             f"a step that queues {step_s * 1e3:.0f} ms of work (first call +600 ms) timed at "
             f"{_ms(measured)} by your timer; expected {step_s * 1e3:.0f} ms +- 25%",
             value=_num(measured),

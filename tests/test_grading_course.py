@@ -1,0 +1,41 @@
+"""`course grade` on the course's real notebooks, in quick mode: an untouched learner copy
+earns nothing and says not-attempted; the solution earns every point."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from pathlib import Path
+
+import pytest
+
+from course_utils.grading import grade
+
+ROOT = Path(__file__).resolve().parents[1]
+LEARNER = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+pytestmark = pytest.mark.timeout(1800)
+
+
+def _rows(out: Path) -> list[dict]:
+    with open(out / "grades.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_untouched_learner_notebooks_grade_not_attempted(tmp_path):
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for nb in LEARNER:
+        shutil.copy(nb, subs / nb.name)
+    grade([subs], out=tmp_path / "out", solutions=ROOT / "solutions", quick=True, cell_timeout=600)
+    rows = _rows(tmp_path / "out")
+    assert {r["notebook"] for r in rows} == {nb.stem for nb in LEARNER}
+    assert {r["status"] for r in rows} == {"not-attempted"}, [r for r in rows if r["status"] != "not-attempted"]
+
+
+def test_solved_measuring_notebook_earns_every_point(tmp_path):
+    sub = tmp_path / "alice_00_measuring.ipynb"
+    shutil.copy(ROOT / "solutions" / "00_measuring.ipynb", sub)
+    grade([sub], out=tmp_path / "out", solutions=ROOT / "solutions", quick=True, cell_timeout=600)
+    rows = _rows(tmp_path / "out")
+    assert rows and all(r["status"] == "passed" for r in rows), rows

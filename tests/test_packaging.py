@@ -1,0 +1,92 @@
+"""Packaging: environment.yml and pyproject.toml ask for the same dependencies, the repository
+URL the notebooks install from is the project's, and `course` runs course_utils.cli:main."""
+
+from __future__ import annotations
+
+import re
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from course_utils import authoring
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    tomllib = pytest.importorskip("tomli")
+
+yaml = pytest.importorskip("yaml")
+
+ROOT = Path(__file__).resolve().parents[1]
+REQUIREMENT = re.compile(
+    r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*(?:>=\s*([0-9][0-9A-Za-z.]*))?\s*$"
+)
+
+
+@pytest.fixture(scope="module")
+def pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def environment() -> dict:
+    return yaml.safe_load((ROOT / "environment.yml").read_text(encoding="utf-8"))
+
+
+def lower_bounds(requirements: list[str]) -> dict[str, str | None]:
+    """{normalised name: lower bound or None} of requirement strings like 'torch>=2.4'."""
+    bounds = {}
+    for text in requirements:
+        match = REQUIREMENT.match(text)
+        assert match, f"cannot read requirement {text!r} (expected 'name' or 'name>=version')"
+        name = re.sub(r"[-_.]+", "-", match[1]).lower()
+        assert name not in bounds, f"{name} listed twice"
+        bounds[name] = match[2]
+    return bounds
+
+
+def environment_pip_list(environment: dict) -> list[str]:
+    [pip] = [d["pip"] for d in environment["dependencies"] if isinstance(d, dict) and "pip" in d]
+    return pip
+
+
+def test_environment_yml_pip_list_equals_pyproject_dependencies_and_dev_extras(
+    pyproject, environment
+):
+    project = pyproject["project"]
+    wanted = lower_bounds(project["dependencies"] + project["optional-dependencies"]["dev"])
+    pip = [r for r in environment_pip_list(environment) if not r.startswith("-e")]
+    assert lower_bounds(pip) == wanted
+
+
+def test_environment_yml_installs_the_project_itself(environment):
+    assert "-e ." in environment_pip_list(environment)
+
+
+def test_environment_yml_python_matches_requires_python(pyproject, environment):
+    pythons = [
+        d for d in environment["dependencies"] if isinstance(d, str) and d.startswith("python")
+    ]
+    assert pythons == ["python" + pyproject["project"]["requires-python"]]
+
+
+def test_project_urls_hold_the_repository_the_notebooks_install_from(pyproject):
+    assert authoring.REPOSITORY in pyproject["project"]["urls"].values()
+    assert f"git+{authoring.REPOSITORY}" in authoring.setup_cell(None).source
+    assert authoring.REPOSITORY.split("github.com/")[1] in authoring.colab_badge(
+        "00_measuring.ipynb"
+    )
+
+
+def test_console_script_course_points_at_the_cli_main(pyproject):
+    assert pyproject["project"]["scripts"]["course"] == "course_utils.cli:main"
+
+
+def test_installed_course_command_loads_the_cli_main():
+    from course_utils.cli import main
+
+    [script] = [e for e in metadata.entry_points(group="console_scripts") if e.name == "course"]
+    assert script.value == "course_utils.cli:main"
+    assert script.load() is main
