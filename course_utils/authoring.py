@@ -20,7 +20,9 @@ from .errors import AuthoringError
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
-CHECK_MARKER = re.compile(r"^#\s*\[course-check\]\s+(?P<id>[A-Za-z0-9_-]+)", re.MULTILINE)
+CHECK_MARKER = re.compile(
+    r"^#\s*\[course-check\]\s+(?P<id>\S+)(?:\s+\((?P<points>[\d.]+) points?\))?", re.MULTILINE
+)
 ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]+$")
 NB_VERSION = 4
 
@@ -54,7 +56,8 @@ def check_id_of(cell) -> str | None:
 
 def is_check_cell(cell) -> bool:
     return cell.cell_type == "code" and (
-        bool(cell.metadata.get("nbgrader", {}).get("grade")) or bool(CHECK_MARKER.search(cell.source))
+        bool(cell.metadata.get("nbgrader", {}).get("grade"))
+        or bool(CHECK_MARKER.search(cell.source))
     )
 
 
@@ -72,9 +75,13 @@ def check_cells(nb, name: str = "notebook") -> dict[str, tuple[int, object]]:
         if not grade_id:
             raise AuthoringError(name, i, "check cell has no grade_id (metadata nbgrader.grade_id)")
         if not ID_PATTERN.match(grade_id):
-            raise AuthoringError(name, i, f"grade_id {grade_id!r} may hold only letters, digits, '-' and '_'")
+            raise AuthoringError(
+                name, i, f"grade_id {grade_id!r} may hold only letters, digits, '-' and '_'"
+            )
         if grade_id in found:
-            raise AuthoringError(name, i, f"duplicate check id {grade_id!r} (also cell {found[grade_id][0]})")
+            raise AuthoringError(
+                name, i, f"duplicate check id {grade_id!r} (also cell {found[grade_id][0]})"
+            )
         if has_solution(cell):
             raise AuthoringError(name, i, f"check cell {grade_id!r} contains a solution region")
         found[grade_id] = (i, cell)
@@ -121,8 +128,15 @@ def mark_cells(nb, name: str):
     for i, cell in enumerate(nb.cells):
         if is_check_cell(cell):
             meta = cell.metadata.setdefault("nbgrader", {})
-            meta.update(grade=True, locked=True, solution=False, grade_id=check_id_of(cell), schema_version=3)
-            meta.setdefault("points", 1)
+            marker = CHECK_MARKER.search(cell.source)
+            meta.update(
+                grade=True,
+                locked=True,
+                solution=False,
+                grade_id=check_id_of(cell),
+                schema_version=3,
+            )
+            meta.setdefault("points", float(marker["points"]) if marker and marker["points"] else 1)
             cell.metadata["deletable"] = False
             cell.metadata["editable"] = False
         elif has_solution(cell):
@@ -161,7 +175,13 @@ def stable_ids(nb, name: str):
 
 
 Transform = Callable[[nbformat.NotebookNode, str], nbformat.NotebookNode]
-LEARNER_PIPELINE: list[Transform] = [validate, mark_cells, strip_solutions, clear_outputs, stable_ids]
+LEARNER_PIPELINE: list[Transform] = [
+    validate,
+    mark_cells,
+    strip_solutions,
+    clear_outputs,
+    stable_ids,
+]
 
 
 def learner_copy(solution, name: str):
@@ -171,22 +191,27 @@ def learner_copy(solution, name: str):
     return nb
 
 
-def assign(solutions: Path | str = "solutions", notebooks: Path | str = "notebooks", *, check: bool = False) -> list[str]:
+def assign(
+    solutions: Path | str = "solutions", notebooks: Path | str = "notebooks", *, check: bool = False
+) -> list[str]:
     """Write learner copies of every solution notebook; return the names that were (or, with
     `check`, would be) changed. `check` writes nothing."""
     solutions, notebooks = Path(solutions), Path(notebooks)
+    # every notebook is built (and so validated) before any is written
+    copies = {
+        path.name: dumps(learner_copy(read(path), path.name))
+        for path in sorted(solutions.glob("*.ipynb"))
+    }
     changed = []
-    for path in sorted(solutions.glob("*.ipynb")):
-        text = dumps(learner_copy(read(path), path.name))
-        target = notebooks / path.name
+    for name, text in copies.items():
+        target = notebooks / name
         if not target.exists() or target.read_text(encoding="utf-8") != text:
-            changed.append(path.name)
+            changed.append(name)
             if not check:
                 notebooks.mkdir(parents=True, exist_ok=True)
                 target.write_text(text, encoding="utf-8")
     if notebooks.exists():
-        expected = {p.name for p in solutions.glob("*.ipynb")}
-        for stale in sorted(p.name for p in notebooks.glob("*.ipynb") if p.name not in expected):
+        for stale in sorted(p.name for p in notebooks.glob("*.ipynb") if p.name not in copies):
             changed.append(stale)
             if not check:
                 (notebooks / stale).unlink()
@@ -211,7 +236,12 @@ def check_code(grade_id: str, points: float, text: str):
     """A locked check cell: marker line, nbgrader metadata, then the call."""
     cell = code(check_marker_line(grade_id, points) + "\n" + text.strip("\n"))
     cell.metadata["nbgrader"] = {
-        "grade": True, "locked": True, "solution": False, "grade_id": grade_id, "points": points, "schema_version": 3,
+        "grade": True,
+        "locked": True,
+        "solution": False,
+        "grade_id": grade_id,
+        "points": points,
+        "schema_version": 3,
     }
     return cell
 
@@ -223,7 +253,11 @@ def new_notebook(cells: list, name: str):
     stem = Path(name).stem
     for i, cell in enumerate(nb.cells):
         cell["id"] = f"{stem[:40]}-{i}"
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nb.metadata["language_info"] = {"name": "python"}
     return nb
 
@@ -246,7 +280,9 @@ def parameters_cell():
 
 def setup_cell(lesson_module: str | None):
     """Install the harness on Colab (elsewhere it is already installed), then set up."""
-    lesson = f"from course_utils.lessons import {lesson_module} as lesson\n" if lesson_module else ""
+    lesson = (
+        f"from course_utils.lessons import {lesson_module} as lesson\n" if lesson_module else ""
+    )
     return code(
         "import sys\n\n"
         'if "google.colab" in sys.modules:  # Colab: install the course harness first\n'

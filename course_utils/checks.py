@@ -20,7 +20,13 @@ from .device import device_class
 from .errors import CheckFailed
 
 MIME = "application/vnd.course-check+json"
-PASSED, FAILED, NOT_ATTEMPTED, ERROR, NOT_APPLICABLE = "passed", "failed", "not-attempted", "error", "not-applicable"
+PASSED, FAILED, NOT_ATTEMPTED, ERROR, NOT_APPLICABLE = (
+    "passed",
+    "failed",
+    "not-attempted",
+    "error",
+    "not-applicable",
+)
 _ICON = {PASSED: "✅", FAILED: "❌", NOT_ATTEMPTED: "✏️", ERROR: "💥", NOT_APPLICABLE: "➖"}
 _HARNESS = str(Path(__file__).parent)
 
@@ -54,6 +60,9 @@ class CheckResult:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def _ipython_display_(self) -> None:
+        """Already shown by `emit`: a check cell's return value adds nothing under IPython."""
+
     def text(self) -> str:
         head = (
             f"{_ICON[self.status]} Check {self.check_id}: {self.status} "
@@ -68,7 +77,10 @@ class CheckResult:
 
     def html(self) -> str:
         colour = {PASSED: "#1a7f37", NOT_APPLICABLE: "#6e7781"}.get(self.status, "#cf222e")
-        rows = "".join(f"<li>{_ICON[p.status]} <b>{html.escape(p.name)}</b>: {html.escape(p.message)}</li>" for p in self.parts)
+        rows = "".join(
+            f"<li>{_ICON[p.status]} <b>{html.escape(p.name)}</b>: {html.escape(p.message)}</li>"
+            for p in self.parts
+        )
         if not self.parts:
             rows = f"<li>{html.escape(self.message)}</li>"
         hint = (
@@ -84,36 +96,61 @@ class CheckResult:
         )
 
 
-def correct(name: str, ok: bool, message: str, *, value: float | None = None, threshold: float | None = None) -> Part:
+def correct(
+    name: str, ok: bool, message: str, *, value: float | None = None, threshold: float | None = None
+) -> Part:
     """A correctness part: passes when `ok`."""
     return Part(name, PASSED if ok else FAILED, message, value, threshold)
 
 
 def at_least(
-    name: str, value: float, threshold: float, what: str, *, unit: str = "x", applies: bool = True, reason: str = ""
+    name: str,
+    value: float,
+    threshold: float,
+    what: str,
+    *,
+    unit: str = "x",
+    applies: bool = True,
+    reason: str = "",
 ) -> Part:
     """A measured effect that must reach `threshold`, or not-applicable (with the reason) on a
     device that cannot show it; the measured value is reported either way."""
     measured = f"{what}: measured {value:.3g}{unit}"
     if not applies:
-        return Part(name, NOT_APPLICABLE, f"{measured}; not graded here: {reason}", value, threshold)
+        return Part(
+            name, NOT_APPLICABLE, f"{measured}; not graded here: {reason}", value, threshold
+        )
     ok = value >= threshold
     verdict = "at least" if ok else "below"
-    return Part(name, PASSED if ok else FAILED, f"{measured}, {verdict} the {threshold:.3g}{unit} expected", value, threshold)
+    return Part(
+        name,
+        PASSED if ok else FAILED,
+        f"{measured}, {verdict} the {threshold:.3g}{unit} expected",
+        value,
+        threshold,
+    )
 
 
 def at_most(name: str, value: float, threshold: float, what: str, *, unit: str = "") -> Part:
     """A measured quantity that must not exceed `threshold` (memory, error, steps)."""
     ok = value <= threshold
     verdict = "within" if ok else "above"
-    return Part(name, PASSED if ok else FAILED, f"{what}: measured {value:.4g}{unit}, {verdict} the {threshold:.4g}{unit} allowed", value, threshold)
+    return Part(
+        name,
+        PASSED if ok else FAILED,
+        f"{what}: measured {value:.4g}{unit}, {verdict} the {threshold:.4g}{unit} allowed",
+        value,
+        threshold,
+    )
 
 
 def not_applicable(name: str, reason: str) -> Part:
     return Part(name, NOT_APPLICABLE, reason)
 
 
-def retry_measure(measure: Callable[[], float], ok: Callable[[float], bool], attempts: int = 3) -> float:
+def retry_measure(
+    measure: Callable[[], float], ok: Callable[[float], bool], attempts: int = 3
+) -> float:
     """Measure up to `attempts` times, stopping at the first value that passes.
 
     A loaded machine can slow one measurement of a correct solution; it cannot make a wrong
@@ -131,7 +168,11 @@ def _learner_frame(exc: BaseException) -> str:
     """'in your code, line N' for the innermost frame outside the harness and libraries."""
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
         name = frame.filename
-        if not name.startswith(_HARNESS) and "site-packages" not in name and "/lib/python" not in name:
+        if (
+            not name.startswith(_HARNESS)
+            and "site-packages" not in name
+            and "/lib/python" not in name
+        ):
             return f" (in your code, line {frame.lineno}: `{(frame.line or '').strip()}`)"
     return ""
 
@@ -168,7 +209,10 @@ def emit(result: CheckResult) -> None:
         from IPython.display import display
 
         if get_ipython() is not None:
-            display({MIME: result.to_dict(), "text/plain": result.text(), "text/html": result.html()}, raw=True)
+            display(
+                {MIME: result.to_dict(), "text/plain": result.text(), "text/html": result.html()},
+                raw=True,
+            )
             return
     except ImportError:
         pass
@@ -185,14 +229,24 @@ def check(check_id: str, points: float, hint: str = "") -> Callable:
                 result = _summarise(check_id, points, hint, list(body(*args, **kwargs)))
             except NotImplementedError:
                 result = CheckResult(
-                    check_id, NOT_ATTEMPTED, 0.0, points, device_class(),
-                    "Not attempted yet: the exercise still raises NotImplementedError.", hint,
+                    check_id,
+                    NOT_ATTEMPTED,
+                    0.0,
+                    points,
+                    device_class(),
+                    "Not attempted yet: the exercise still raises NotImplementedError.",
+                    hint,
                 )
             except Exception as exc:  # the learner's code raised: report it in one line
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                 result = CheckResult(
-                    check_id, ERROR, 0.0, points, device_class(),
-                    f"Your code raised {type(exc).__name__}: {first}{_learner_frame(exc)}", hint,
+                    check_id,
+                    ERROR,
+                    0.0,
+                    points,
+                    device_class(),
+                    f"Your code raised {type(exc).__name__}: {first}{_learner_frame(exc)}",
+                    hint,
                 )
             emit(result)
             if result.status not in (PASSED, NOT_APPLICABLE):

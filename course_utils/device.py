@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import re
 import sys
 import time
 
@@ -94,7 +95,8 @@ def amp_dtype(device: torch.device | str | None = None) -> torch.dtype:
 def gpu_peak_flops(name: str, dtype: torch.dtype = torch.float32) -> float | None:
     """Data-sheet dense peak for a GPU name, or None when the GPU is not in our table."""
     for key, (fp32, half) in GPU_PEAK_FLOPS.items():
-        if key.lower() in name.lower():
+        # whole words only: "L4" must not match "L40S", nor "A10" match "A100"
+        if re.search(rf"(?<![A-Za-z0-9]){re.escape(key)}(?![A-Za-z0-9])", name, re.IGNORECASE):
             return fp32 if dtype == torch.float32 else half
     return None
 
@@ -114,7 +116,9 @@ def _probe_cpu_flops(dtype: torch.dtype) -> float:
     return 2 * n**3 / best
 
 
-def peak_flops(device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> float | None:
+def peak_flops(
+    device: torch.device | str | None = None, dtype: torch.dtype = torch.float32
+) -> float | None:
     """Peak dense FLOP/s: the data sheet for known GPUs, a short matmul probe on a CPU."""
     device = torch.device(device) if device is not None else get_device()
     if device.type == "cuda":

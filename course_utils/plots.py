@@ -1,14 +1,20 @@
-"""Matplotlib helpers: the few pictures the lessons keep drawing."""
+"""Matplotlib helpers: the few pictures the lessons keep drawing.
+
+matplotlib is imported where it is used, so DataLoader workers that import course_utils
+do not pay for it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import matplotlib.pyplot as plt
 
-
-def bars(values: Mapping[str, float], *, ylabel: str, title: str = "", fmt: str = "{:.3g}", ax=None):
+def bars(
+    values: Mapping[str, float], *, ylabel: str, title: str = "", fmt: str = "{:.3g}", ax=None
+):
     """One bar per variant, each labelled with its value (times, memory, throughput)."""
+    import matplotlib.pyplot as plt
+
     ax = ax or plt.subplots(figsize=(6, 3.2))[1]
     names, heights = list(values), list(values.values())
     drawn = ax.bar(names, heights, color=[f"C{i}" for i in range(len(names))])
@@ -31,6 +37,8 @@ def lines(
     ax=None,
 ):
     """Several (x, y) series on one axis: sweeps, training curves, schedules."""
+    import matplotlib.pyplot as plt
+
     ax = ax or plt.subplots(figsize=(6, 3.5))[1]
     for name, (x, y) in series.items():
         ax.plot(x, y, marker=marker, markersize=3, label=name)
@@ -45,8 +53,12 @@ def lines(
     return ax
 
 
-def training_curves(histories: Mapping[str, object], *, target: float | None = None, title: str = ""):
+def training_curves(
+    histories: Mapping[str, object], *, target: float | None = None, title: str = ""
+):
     """Loss per step and accuracy per evaluation for several runs (course_utils.train.History)."""
+    import matplotlib.pyplot as plt
+
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.5))
     for name, h in histories.items():
         left.plot(h.step, h.loss, label=name, alpha=0.8)
@@ -62,8 +74,15 @@ def training_curves(histories: Mapping[str, object], *, target: float | None = N
     return fig
 
 
-def schedule(lrs: Sequence[float], *, momentum: Sequence[float] | None = None, title: str = "learning-rate schedule"):
+def schedule(
+    lrs: Sequence[float],
+    *,
+    momentum: Sequence[float] | None = None,
+    title: str = "learning-rate schedule",
+):
     """Learning rate (and momentum, if given) per optimizer step."""
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(6, 3.2))
     ax.plot(lrs, color="C0")
     ax.set(xlabel="optimizer step", ylabel="learning rate", title=title)

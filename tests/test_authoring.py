@@ -113,9 +113,9 @@ def test_learner_copy_has_no_solution_left():
 
 
 def test_stubbed_code_still_compiles():
-    for cell in learner_copy(demo_solution(), NAME).cells:
-        if cell.cell_type == "code" and not cell.source.startswith("import sys"):
-            compile(cell.source, "cell", "exec")
+    for index, cell in enumerate(learner_copy(demo_solution(), NAME).cells):
+        if cell.cell_type == "code":
+            compile(cell.source, f"cell {index}", "exec")
 
 
 def test_learner_copy_has_no_outputs_counts_or_run_metadata():
