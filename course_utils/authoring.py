@@ -40,7 +40,8 @@ def dumps(nb: nbformat.NotebookNode) -> str:
 
 
 def check_marker_line(grade_id: str, points: float) -> str:
-    return f"# [course-check] {grade_id} ({points:g} points): locked, `course grade` restores this cell"
+    unit = "point" if points == 1 else "points"
+    return f"# [course-check] {grade_id} ({points:g} {unit}): locked, `course grade` restores this cell"
 
 
 def check_id_of(cell) -> str | None:

@@ -33,7 +33,10 @@ def _assign(args) -> int:
         if changed:
             print("Run `course assign` to regenerate notebooks/ from solutions/.")
         return 1 if changed else 0
-    print(f"wrote {len(changed)} notebook(s)" + (": " + ", ".join(changed) if changed else " (all up to date)"))
+    print(
+        f"wrote {len(changed)} notebook(s)"
+        + (": " + ", ".join(changed) if changed else " (all up to date)")
+    )
     return 0
 
 
@@ -55,12 +58,21 @@ def _grade(args) -> int:
 def _report(args) -> int:
     from .report import report
 
-    print(report(solutions=Path(args.solutions), out=Path(args.out), quick=args.quick, timeout=args.timeout))
+    print(
+        report(
+            solutions=Path(args.solutions),
+            out=Path(args.out),
+            quick=args.quick,
+            timeout=args.timeout,
+        )
+    )
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="course", description="Faster PyTorch Training course tools")
+    parser = argparse.ArgumentParser(
+        prog="course", description="Faster PyTorch Training course tools"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("env", help="device, device class, versions, peak FLOP/s, data set")
@@ -68,7 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_env)
 
     p = sub.add_parser("assign", help="write notebooks/ from solutions/")
-    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if notebooks/ differ")
+    p.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if notebooks/ differ"
+    )
     p.add_argument("--solutions", default="solutions")
     p.add_argument("--notebooks", default="notebooks")
     p.set_defaults(run=_assign)
@@ -78,12 +92,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="grades", help="where grades.csv, summary.csv, feedback/ go")
     p.add_argument("--timeout", type=float, default=600, help="seconds per cell (default 600)")
     p.add_argument("--quick", action="store_true", help="run with quick=True (small workloads)")
-    p.add_argument("--jobs", type=int, default=1, help="submissions at once; >1 makes timings noisy")
-    p.add_argument("--solutions", default="solutions", help="where the locked check cells come from")
+    p.add_argument(
+        "--jobs", type=int, default=1, help="submissions at once; >1 makes timings noisy"
+    )
+    p.add_argument(
+        "--solutions", default="solutions", help="where the locked check cells come from"
+    )
     p.set_defaults(run=_grade)
 
     p = sub.add_parser("report", help="run every solution notebook; write results table and plots")
-    p.add_argument("--quick", action="store_true", help="small workloads (about a minute per notebook on a CPU)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="small workloads (about a minute per notebook on a CPU)",
+    )
     p.add_argument("--out", default="report")
     p.add_argument("--timeout", type=float, default=900, help="seconds per cell")
     p.add_argument("--solutions", default="solutions")

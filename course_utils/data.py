@@ -31,7 +31,9 @@ def _hsv_to_rgb(h: float, s: float, v: float) -> np.ndarray:
     return np.array([(v, t, p), (q, v, p), (p, v, t), (p, q, v), (t, p, v), (v, p, q)][i])
 
 
-def _shape_mask(shape: str, xx: np.ndarray, yy: np.ndarray, cx: float, cy: float, r: float) -> np.ndarray:
+def _shape_mask(
+    shape: str, xx: np.ndarray, yy: np.ndarray, cx: float, cy: float, r: float
+) -> np.ndarray:
     dx, dy = np.abs(xx - cx), np.abs(yy - cy)
     dist = np.hypot(xx - cx, yy - cy)
     if shape == "disk":
@@ -67,7 +69,9 @@ def render_image(label: int, rng: np.random.Generator, size: int = 32) -> np.nda
 _CACHE: dict[tuple, tuple[list[bytes], list[int]]] = {}
 
 
-def _encoded_images(n: int, train: bool, seed: int, size: int, quality: int) -> tuple[list[bytes], list[int]]:
+def _encoded_images(
+    n: int, train: bool, seed: int, size: int, quality: int
+) -> tuple[list[bytes], list[int]]:
     key = (n, train, seed, size, quality)
     if key not in _CACHE:
         rng = np.random.default_rng([seed, int(train)])
@@ -75,7 +79,9 @@ def _encoded_images(n: int, train: bool, seed: int, size: int, quality: int) -> 
         blobs = []
         for label in labels:
             buf = io.BytesIO()
-            Image.fromarray(render_image(label, rng, size)).save(buf, format="JPEG", quality=quality)
+            Image.fromarray(render_image(label, rng, size)).save(
+                buf, format="JPEG", quality=quality
+            )
             blobs.append(buf.getvalue())
         _CACHE[key] = (blobs, labels)
     return _CACHE[key]
@@ -102,7 +108,13 @@ class OfflineImages(Dataset):
         quality: int = 90,
         transform=None,
     ):
-        self.n, self.train, self.seed, self.stored_size, self.quality = n, train, seed, stored_size, quality
+        self.n, self.train, self.seed, self.stored_size, self.quality = (
+            n,
+            train,
+            seed,
+            stored_size,
+            quality,
+        )
         self.blobs, self.targets = _encoded_images(n, train, seed, stored_size, quality)
         self.transform = transform
 
@@ -118,7 +130,13 @@ def train_transform(size: int = 32, stored_size: int = 32) -> T.Compose:
     """Standard CIFAR augmentation: pad-and-crop, horizontal flip, normalise."""
     resize = [T.Resize(size)] if stored_size != size else []
     return T.Compose(
-        [*resize, T.RandomCrop(size, padding=4), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(CIFAR_MEAN, CIFAR_STD)]
+        [
+            *resize,
+            T.RandomCrop(size, padding=4),
+            T.RandomHorizontalFlip(),
+            T.ToTensor(),
+            T.Normalize(CIFAR_MEAN, CIFAR_STD),
+        ]
     )
 
 
@@ -152,12 +170,20 @@ class Splits:
     classes: tuple
 
     def describe(self) -> str:
-        what = "CIFAR-10" if self.source == "cifar10" else "the offline image set (synthetic shapes, JPEG-encoded)"
+        what = (
+            "CIFAR-10"
+            if self.source == "cifar10"
+            else "the offline image set (synthetic shapes, JPEG-encoded)"
+        )
         return f"Data: {what}; {len(self.train):,} training and {len(self.test):,} test images."
 
 
 def load_data(
-    n_train: int | None = None, n_test: int | None = None, *, augment: bool = True, stored_size: int = 32
+    n_train: int | None = None,
+    n_test: int | None = None,
+    *,
+    augment: bool = True,
+    stored_size: int = 32,
 ) -> Splits:
     """Training and test sets from `dataset_source()`; `n_*` take a prefix (quick mode)."""
     source = dataset_source()
@@ -173,7 +199,12 @@ def load_data(
             train = torch.utils.data.Subset(train, range(min(n_train, len(train))))
         if n_test:
             test = torch.utils.data.Subset(test, range(min(n_test, len(test))))
-        return Splits(train, test, source, tuple(CIFAR10.classes if hasattr(CIFAR10, "classes") else range(10)))
+        return Splits(
+            train,
+            test,
+            source,
+            tuple(CIFAR10.classes if hasattr(CIFAR10, "classes") else range(10)),
+        )
     train = OfflineImages(n_train or 20_000, train=True, stored_size=stored_size, transform=tr)
     test = OfflineImages(n_test or 2_000, train=False, stored_size=stored_size, transform=te)
     return Splits(train, test, source, OFFLINE_CLASSES)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import queue
 import re
 import sys
+import threading
 import time
 
 import torch
@@ -153,3 +155,33 @@ def env_info(device: torch.device | str | None = None) -> dict:
     if device.type == "cuda":
         info["capability"] = "{}.{}".format(*cuda_capability(device))
     return info
+
+
+class SimulatedAccelerator:
+    """A toy asynchronous device for machines whose kernels all run synchronously (CPUs).
+
+    `launch(seconds)` queues that much work on a background thread and returns at once, as a
+    CUDA kernel launch does; `synchronize()` waits until the queue is empty, as
+    torch.cuda.synchronize() does. It makes a missing synchronisation visible on a laptop.
+    """
+
+    def __init__(self):
+        self._queue: queue.Queue[float | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (seconds := self._queue.get()) is not None:
+            time.sleep(seconds)
+            self._queue.task_done()
+        self._queue.task_done()
+
+    def launch(self, seconds: float) -> None:
+        self._queue.put(seconds)
+
+    def synchronize(self) -> None:
+        self._queue.join()
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()

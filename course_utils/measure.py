@@ -10,7 +10,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -176,7 +177,11 @@ class Throughput:
         return self.batch_size / self.timing.median
 
     def to_dict(self) -> dict:
-        return {"timing": self.timing.to_dict(), "batch_size": self.batch_size, "samples_per_s": self.samples_per_s}
+        return {
+            "timing": self.timing.to_dict(),
+            "batch_size": self.batch_size,
+            "samples_per_s": self.samples_per_s,
+        }
 
     def __repr__(self) -> str:
         return f"Throughput({self.samples_per_s:,.0f} samples/s at batch {self.batch_size})"
@@ -228,7 +233,9 @@ class CudaMemory:
         return {**asdict(self), "extra_bytes": self.extra_bytes}
 
 
-def cuda_peak_memory(fn: Callable[[], object], device: torch.device | str | None = None) -> CudaMemory:
+def cuda_peak_memory(
+    fn: Callable[[], object], device: torch.device | str | None = None
+) -> CudaMemory:
     """Peak CUDA memory while `fn()` runs: `max_memory_allocated` after a reset."""
     device = torch.device(device) if device is not None else get_device()
     if device.type != "cuda":
@@ -307,3 +314,22 @@ def flops(fn: Callable[[], object]) -> int:
 def mfu(flops_per_call: float, seconds_per_call: float, peak_flops_per_s: float) -> float:
     """Model FLOPs utilisation: achieved FLOP/s as a fraction of the device's dense peak."""
     return flops_per_call / seconds_per_call / peak_flops_per_s
+
+
+@contextmanager
+def steady_cpu(threads: int = 1) -> Iterator[None]:
+    """On a CPU device, run the block with `threads` intra-op threads, then restore.
+
+    On a CPU shared with other work, PyTorch's threads wait for each other at every
+    operator, and one descheduled thread stalls the rest: timings of small steps then jump
+    by 10x. One thread is slower at large batches but steady. Does nothing on a GPU.
+    """
+    if get_device().type != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -31,7 +31,9 @@ class ResNet9(nn.Module):
     width=64 is the original (about 6.5M parameters); width=16 trains in a minute on a CPU.
     """
 
-    def __init__(self, num_classes: int = 10, width: int = 64, *, bias: bool = False, norm: bool = True):
+    def __init__(
+        self, num_classes: int = 10, width: int = 64, *, bias: bool = False, norm: bool = True
+    ):
         super().__init__()
         w, kw = width, {"bias": bias, "norm": norm}
         self.net = nn.Sequential(

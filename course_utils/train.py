@@ -31,7 +31,9 @@ class History:
 
     def steps_to(self, accuracy: float) -> int | None:
         """First evaluated step at which accuracy reached `accuracy`, or None."""
-        return next((s for s, a in zip(self.eval_step, self.accuracy, strict=True) if a >= accuracy), None)
+        return next(
+            (s for s, a in zip(self.eval_step, self.accuracy, strict=True) if a >= accuracy), None
+        )
 
     @property
     def final_accuracy(self) -> float | None:

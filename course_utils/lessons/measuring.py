@@ -1,16 +1,14 @@
 """Lesson 00, measuring honestly: a simulated asynchronous device and the three checks.
 
 A CPU runs kernels synchronously, so on a laptop a timer without synchronisation happens to
-be right, and a learner could never see the mistake. `AsyncDevice` makes the mistake
-visible on any machine: like a CUDA stream, it queues work on a background thread and
-returns at once, and only `synchronize()` waits for the queue to drain.
+be right, and a learner could never see the mistake. `device.SimulatedAccelerator` makes
+the mistake visible on any machine: like a CUDA stream, it queues work on a background
+thread and returns at once, and only `synchronize()` waits for the queue to drain.
 """
 
 from __future__ import annotations
 
-import queue
 import statistics
-import threading
 import time
 from collections.abc import Callable
 
@@ -18,37 +16,18 @@ import torch
 from torch import nn
 
 from ..checks import at_most, check, correct, retry_measure
+from ..device import SimulatedAccelerator
 from ..measure import activation_bytes, flops, time_fn
 from ..models import MLP
-
-
-class AsyncDevice:
-    """A toy accelerator: `launch(seconds)` queues work and returns immediately."""
-
-    def __init__(self):
-        self._work: queue.Queue[float] = queue.Queue()
-        threading.Thread(target=self._run, daemon=True).start()
-
-    def _run(self) -> None:
-        while True:
-            seconds = self._work.get()
-            time.sleep(seconds)
-            self._work.task_done()
-
-    def launch(self, seconds: float) -> None:
-        self._work.put(seconds)
-
-    def synchronize(self) -> None:
-        self._work.join()
 
 
 def make_async_step(
     step_s: float = 0.03, first_call_s: float = 0.5
 ) -> tuple[Callable[[], None], Callable[[], None]]:
-    """A training step on an AsyncDevice: `step_s` of queued work per call, and an expensive
+    """A training step on a SimulatedAccelerator: `step_s` of queued work per call, and an expensive
     first call (as cuDNN autotuning, torch.compile or lazy allocation make it). Returns
     (step, synchronize)."""
-    device, calls = AsyncDevice(), [0]
+    device, calls = SimulatedAccelerator(), [0]
 
     def step() -> None:
         calls[0] += 1
