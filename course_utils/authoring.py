@@ -287,7 +287,9 @@ def setup_cell(lesson_module: str | None):
     return code(
         "import sys\n\n"
         'if "google.colab" in sys.modules:  # Colab: install the course harness first\n'
-        f'    get_ipython().run_line_magic("pip", "install -q git+{REPOSITORY}")\n\n'
+        "    get_ipython().run_line_magic(\n"
+        f'        "pip", "install -q git+{REPOSITORY}"\n'
+        "    )\n\n"
         "import course_utils as cu\n"
         f"{lesson}\n"
         "info = cu.setup(quick)"

@@ -105,13 +105,17 @@ def gpu_peak_flops(name: str, dtype: torch.dtype = torch.float32) -> float | Non
 
 @functools.cache
 def _probe_cpu_flops(dtype: torch.dtype) -> float:
-    """Measured matmul FLOP/s on this CPU: the best a real kernel reaches, as a practical peak."""
-    n = 512
+    """Measured matmul FLOP/s on this CPU: the best a real kernel reaches, as a practical peak.
+
+    The best of many ~10 ms samples, so that a busy moment on a shared machine does not
+    lower the figure (a peak is a best case, and load only ever slows a sample down).
+    """
+    n = 1024
     a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    for _ in range(3):
+    for _ in range(2):
         a @ b
     best = float("inf")
-    for _ in range(10):
+    for _ in range(15):
         t0 = time.perf_counter()
         a @ b
         best = min(best, time.perf_counter() - t0)

@@ -1,8 +1,9 @@
 """`course report`: run every solution notebook and collect what it measured.
 
 Writes `OUT/results.csv` (one row per check: status and measured value on this machine),
-`OUT/report.md` (the same as a table, with provenance and run times) and `OUT/plots/`
-(every figure the notebooks drew), so the course's claims can be re-measured on any device.
+`OUT/report.md` (the same as a table, with provenance and run times), `OUT/plots/` (every
+figure the notebooks drew) and `OUT/executed/` (the notebooks with their outputs), so the
+course's claims can be re-measured on any device.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+import nbformat
 from tqdm.auto import tqdm
 
 from .authoring import read
@@ -49,6 +51,9 @@ def report(
                 quick=quick,
             )
         seconds[lesson] = time.perf_counter() - t0
+        if executed is not None:
+            (out / "executed").mkdir(exist_ok=True)
+            nbformat.write(executed, str(out / "executed" / path.name))
         rows += [
             Row(path.name, lesson, **r)
             for r in read_results(executed or prepared, sol, lesson, status, timeout)

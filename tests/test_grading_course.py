@@ -30,7 +30,9 @@ def test_untouched_learner_notebooks_grade_not_attempted(tmp_path):
     grade([subs], out=tmp_path / "out", solutions=ROOT / "solutions", quick=True, cell_timeout=600)
     rows = _rows(tmp_path / "out")
     assert {r["notebook"] for r in rows} == {nb.stem for nb in LEARNER}
-    assert {r["status"] for r in rows} == {"not-attempted"}, [r for r in rows if r["status"] != "not-attempted"]
+    assert {r["status"] for r in rows} == {"not-attempted"}, [
+        r for r in rows if r["status"] != "not-attempted"
+    ]
 
 
 def test_solved_measuring_notebook_earns_every_point(tmp_path):

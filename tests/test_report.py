@@ -14,6 +14,9 @@ def test_report_runs_each_solution_and_writes_results_table(tmp_path):
     text = report(solutions=solutions, out=tmp_path / "report", quick=True, timeout=120)
     with open(tmp_path / "report" / "results.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert [(r["check"], r["status"]) for r in rows] == [("toy-double", "passed"), ("toy-square", "passed")]
+    assert [(r["check"], r["status"]) for r in rows] == [
+        ("toy-double", "passed"),
+        ("toy-square", "passed"),
+    ]
     assert "2/2 checks passed" in text
     assert "| toy_lesson | toy-double | passed |" in (tmp_path / "report" / "report.md").read_text()

@@ -430,11 +430,15 @@ def _grade_loader(loader: DataLoader, dataset: OfflineImages, device: torch.devi
     baseline, repeats, runs = plain_loader(dataset, BATCH), pick(quick=5, full=7), []
 
     def measure() -> float:
+        if runs:
+            time.sleep(1.0)  # let a burst of other work on a shared machine pass first
         runs.append(_speed(loader, baseline, repeats))
         return runs[-1][0]
 
     retry_measure(
-        measure, ok=lambda s: runs[-1][1] < MIN_PARALLEL or s >= expected_speedup(runs[-1][1])
+        measure,
+        ok=lambda s: runs[-1][1] < MIN_PARALLEL or s >= expected_speedup(runs[-1][1]),
+        attempts=5,
     )
     speed, parallel, result = runs[-1]
     what = (
