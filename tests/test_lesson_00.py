@@ -6,21 +6,10 @@ import time
 
 import pytest
 import torch
+from check_helpers import fails, not_attempted
 
-from course_utils.errors import CheckFailed
 from course_utils.lessons import measuring as lesson
 from course_utils.measure import activation_bytes
-
-
-def fails(check, answer) -> str:
-    with pytest.raises(CheckFailed) as info:
-        check(answer)
-    return info.value.status
-
-
-def not_yet(*args, **kwargs):
-    raise NotImplementedError()
-
 
 # --- exercise 1: step timer -----------------------------------------------------------------
 
@@ -57,7 +46,7 @@ def test_step_timer_check_fails_milliseconds_instead_of_seconds():
 
 
 def test_step_timer_check_reports_not_attempted():
-    assert fails(lesson.check_step_timer, not_yet) == "not-attempted"
+    assert fails(lesson.check_step_timer, not_attempted) == "not-attempted"
 
 
 def test_naive_timer_misses_queued_work():

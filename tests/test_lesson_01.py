@@ -9,22 +9,12 @@ os.environ.setdefault("COURSE_DATASET", "offline")  # tests never download
 
 import numpy as np
 import pytest
+from check_helpers import failure, not_attempted
 from torch.optim.lr_scheduler import OneCycleLR
 
-from course_utils.errors import CheckFailed
 from course_utils.lessons import one_cycle as lesson
 
 FAST_SWEEP = dict(start_lr=1e-5, end_lr=1e3, num_steps=30, beta=0.9, blowup=4.0)
-
-
-def failure(check, *args) -> CheckFailed:
-    with pytest.raises(CheckFailed) as info:
-        check(*args)
-    return info.value
-
-
-def not_written(*args, **kwargs):
-    raise NotImplementedError()
 
 
 @pytest.fixture
@@ -111,11 +101,11 @@ def test_range_check_fails_a_suggestion_outside_the_window(suggest):
 
 def test_range_check_reports_not_attempted():
     assert (
-        failure(lesson.check_lr_range_test, not_written, lesson.reference_suggest_lr).status
+        failure(lesson.check_lr_range_test, not_attempted, lesson.reference_suggest_lr).status
         == "not-attempted"
     )
     assert (
-        failure(lesson.check_lr_range_test, lesson.reference_lr_range_test, not_written).status
+        failure(lesson.check_lr_range_test, lesson.reference_lr_range_test, not_attempted).status
         == "not-attempted"
     )
 
@@ -197,7 +187,7 @@ def test_one_cycle_check_fails_a_wrong_schedule(wrong, expected):
 
 
 def test_one_cycle_check_reports_not_attempted():
-    assert failure(lesson.check_one_cycle, not_written).status == "not-attempted"
+    assert failure(lesson.check_one_cycle, not_attempted).status == "not-attempted"
 
 
 # --- AdamW: the manual update with one mistake each ----------------------------------------
@@ -248,7 +238,7 @@ def test_adamw_check_fails_a_wrong_update(wrong, expected):
 
 
 def test_adamw_check_reports_not_attempted():
-    assert failure(lesson.check_adamw, not_written).status == "not-attempted"
+    assert failure(lesson.check_adamw, not_attempted).status == "not-attempted"
 
 
 def test_decay_demo_shows_l2_decay_depends_on_gradient_size():

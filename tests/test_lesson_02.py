@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from check_helpers import not_attempted, status_of
 
 import course_utils as cu
 from course_utils import mode
@@ -20,17 +21,6 @@ def quick(monkeypatch):
     mode.set_quick(True)
     yield
     mode.set_quick(None)
-
-
-def status_of(check, solution) -> str:
-    try:
-        return check(solution).status
-    except CheckFailed as exc:
-        return exc.status
-
-
-def not_attempted(*args, **kwargs):
-    raise NotImplementedError()
 
 
 # --- solutions, right and wrong ------------------------------------------------------------

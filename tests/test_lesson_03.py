@@ -12,6 +12,7 @@ import time
 import psutil
 import pytest
 import torch
+from check_helpers import fails, not_attempted
 from torch.utils.data import DataLoader, default_collate
 
 from course_utils.data import CIFAR_MEAN, CIFAR_STD
@@ -24,16 +25,6 @@ from course_utils.lessons import data_loading as lesson
 def small_data(monkeypatch):
     """256 images: an epoch takes a fraction of a second even on a loaded 2-core machine."""
     monkeypatch.setattr(lesson, "n_images", lambda: 256)
-
-
-def fails(check, answer) -> str:
-    with pytest.raises(CheckFailed) as info:
-        check(answer)
-    return info.value.status
-
-
-def not_yet(*args, **kwargs):
-    raise NotImplementedError()
 
 
 def part(result_or_parts, name):
@@ -79,7 +70,7 @@ def test_profile_check_fails_swapped_buckets():
 
 
 def test_profile_check_reports_not_attempted():
-    assert fails(lesson.check_profile, not_yet) == "not-attempted"
+    assert fails(lesson.check_profile, not_attempted) == "not-attempted"
 
 
 def test_epoch_profile_calls_a_step_data_bound_when_it_waits_longer_than_it_computes():
@@ -196,7 +187,7 @@ def test_fast_loader_check_fails_a_loader_that_does_not_shuffle():
 
 
 def test_fast_loader_check_reports_not_attempted():
-    assert fails(lesson.check_fast_loader, not_yet) == "not-attempted"
+    assert fails(lesson.check_fast_loader, not_attempted) == "not-attempted"
 
 
 def test_spawn_problems_name_lambdas_and_accept_importable_parts():
@@ -254,7 +245,7 @@ def test_transfer_check_fails_a_copy_that_changes_the_dtype():
 
 
 def test_transfer_check_reports_not_attempted():
-    assert fails(lesson.check_transfer, not_yet) == "not-attempted"
+    assert fails(lesson.check_transfer, not_attempted) == "not-attempted"
 
 
 # --- exercise 4: normalisation on the device -----------------------------------------------
@@ -288,4 +279,4 @@ def test_normalize_check_fails_float64_output():
 
 
 def test_normalize_check_reports_not_attempted():
-    assert fails(lesson.check_device_normalize, not_yet) == "not-attempted"
+    assert fails(lesson.check_device_normalize, not_attempted) == "not-attempted"
