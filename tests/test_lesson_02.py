@@ -7,11 +7,10 @@ import math
 
 import pytest
 import torch
-from check_helpers import not_attempted, status_of
+from check_helpers import fails, not_attempted, status_of
 
 import course_utils as cu
 from course_utils import mode
-from course_utils.errors import CheckFailed
 from course_utils.lessons import batch_size as lesson
 
 
@@ -131,9 +130,7 @@ def test_throughput_sweep_passes_a_correct_sweep():
 
 @pytest.mark.parametrize("wrong", [sweep_steps_per_second, sweep_one_step_for_all])
 def test_throughput_sweep_fails_steps_per_second_and_one_step_for_all_sizes(wrong):
-    with pytest.raises(CheckFailed) as failed:
-        lesson.check_throughput_sweep(wrong)
-    assert failed.value.status == "failed"
+    assert fails(lesson.check_throughput_sweep, wrong) == "failed"
 
 
 def test_throughput_sweep_fails_a_result_without_every_batch_size():
@@ -156,9 +153,7 @@ def test_largest_batch_passes_the_last_batch_that_fits():
 
 @pytest.mark.parametrize("wrong", [first_that_does_not_fit, largest_strict, largest_under_no_grad])
 def test_largest_batch_fails_off_by_one_strict_budget_and_no_grad(wrong):
-    with pytest.raises(CheckFailed) as failed:
-        lesson.check_largest_batch(wrong)
-    assert failed.value.status == "failed"
+    assert fails(lesson.check_largest_batch, wrong) == "failed"
 
 
 def test_largest_batch_not_attempted():
@@ -176,9 +171,7 @@ def test_lr_scaling_passes_goyal_warmup_from_the_base_lr():
     "wrong", [schedule_sqrt, schedule_no_warmup, schedule_from_zero, schedule_one_step_early]
 )
 def test_lr_scaling_fails_sqrt_no_warmup_warmup_from_zero_and_off_by_one(wrong):
-    with pytest.raises(CheckFailed) as failed:
-        lesson.check_lr_schedule(wrong)
-    assert failed.value.status == "failed"
+    assert fails(lesson.check_lr_schedule, wrong) == "failed"
 
 
 def test_lr_scaling_reports_a_list_instead_of_a_scheduler_as_an_error():
@@ -198,9 +191,7 @@ def test_noise_scale_passes_the_unbiased_estimator():
 
 @pytest.mark.parametrize("wrong", [noise_scale_biased, noise_scale_swapped, noise_scale_unsquared])
 def test_noise_scale_fails_biased_swapped_and_unsquared_estimators(wrong):
-    with pytest.raises(CheckFailed) as failed:
-        lesson.check_noise_scale(wrong)
-    assert failed.value.status == "failed"
+    assert fails(lesson.check_noise_scale, wrong) == "failed"
 
 
 def test_noise_scale_not_attempted():
