@@ -10,20 +10,14 @@ marker on their first line, which survives editors that drop metadata (Colab).
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Callable
 from pathlib import Path
 
 import nbformat
 
 from .errors import AuthoringError
+from .protocol import BEGIN, CHECK_MARKER, END, ID_PATTERN, STUB
 
-BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
-STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
-CHECK_MARKER = re.compile(
-    r"^#\s*\[course-check\]\s+(?P<id>\S+)(?:\s+\((?P<points>[\d.]+) points?\))?", re.MULTILINE
-)
-ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]+$")
 NB_VERSION = 4
 
 
@@ -185,6 +179,30 @@ LEARNER_PIPELINE: list[Transform] = [
 ]
 
 
+# The source itself carries complete nbgrader metadata, so nbgrader can use solutions/ as its
+# source notebooks (its ClearSolutions rejects a solution region without `solution: true`).
+SOURCE_PIPELINE: list[Transform] = [validate, mark_cells, stable_ids]
+
+
+def normalised(solution, name: str):
+    nb = copy.deepcopy(solution)
+    for transform in SOURCE_PIPELINE:
+        nb = transform(nb, name)
+    return nb
+
+
+def normalise_solutions(solutions: Path | str = "solutions", *, check: bool = False) -> list[str]:
+    """Give every solution notebook complete nbgrader metadata; return the names that were
+    (or, with `check`, would be) rewritten. Validates every notebook before writing any."""
+    paths = sorted(Path(solutions).glob("*.ipynb"))
+    texts = {path: dumps(normalised(read(path), path.name)) for path in paths}
+    changed = [p.name for p, text in texts.items() if p.read_text(encoding="utf-8") != text]
+    if not check:
+        for name in changed:
+            (Path(solutions) / name).write_text(texts[Path(solutions) / name], encoding="utf-8")
+    return changed
+
+
 def learner_copy(solution, name: str):
     nb = copy.deepcopy(solution)
     for transform in LEARNER_PIPELINE:
@@ -248,7 +266,8 @@ def check_code(grade_id: str, points: float, text: str):
 
 
 def new_notebook(cells: list, name: str):
-    """A solution notebook with deterministic cell ids and a Python 3 kernel."""
+    """A solution notebook with deterministic cell ids, a Python 3 kernel and complete
+    nbgrader metadata (as `normalise_solutions` would give it)."""
     nb = nbformat.v4.new_notebook()
     nb.cells = cells
     stem = Path(name).stem
@@ -260,7 +279,7 @@ def new_notebook(cells: list, name: str):
         "language": "python",
     }
     nb.metadata["language_info"] = {"name": "python"}
-    return nb
+    return stable_ids(mark_cells(nb, name), name)  # validated later, by `course assign`
 
 
 REPOSITORY = "https://github.com/faster-pytorch-training/course"  # as in pyproject [project.urls]

@@ -5,28 +5,96 @@ code and returns its parts (`correct(...)`, `at_least(...)`, `not_applicable(...
 decorator turns the outcome into one CheckResult: it prints a verdict a beginner can read,
 emits the structured result (mimetype MIME) that `course grade` reads, and raises
 CheckFailed for anything but a pass, so nbval marks the cell.
+
+Every check is registered by its id in REGISTRY (the `grade_id` of its locked cell). A
+lesson's reference answers are marked `@reference`: while a check runs the learner's code
+(every plain function passed to the check is wrapped), calling one raises ReferenceUsed,
+and the check fails saying so. Outside checks, demos may use them freely.
 """
 
 from __future__ import annotations
 
 import functools
 import html
+import inspect
 import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .device import device_class
-from .errors import CheckFailed
+from .errors import CheckFailed, ReferenceUsed
+from .protocol import ERROR, FAILED, MIME, NOT_APPLICABLE, NOT_ATTEMPTED, PASSED
 
-MIME = "application/vnd.course-check+json"
-PASSED, FAILED, NOT_ATTEMPTED, ERROR, NOT_APPLICABLE = (
-    "passed",
-    "failed",
-    "not-attempted",
-    "error",
-    "not-applicable",
-)
+REGISTRY: dict[str, Callable] = {}  # check id -> the decorated check
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A number a check compares against, with the evidence that sized it (what was measured,
+    where, how often), so a reader can judge the margin between right and wrong."""
+
+    value: float
+    evidence: str
+
+
+# --- reference answers are off limits to the learner's code while a check runs ------------
+
+_learner_depth = 0  # > 0 while a check is running code the learner passed in
+
+
+def reference(fn: Callable) -> Callable:
+    """Mark a lesson's reference answer: usable by demos and by checks, not by the learner's
+    function while it is being graded."""
+
+    @functools.wraps(fn)
+    def guarded(*args, **kwargs):
+        if _learner_depth > 0:
+            raise ReferenceUsed(fn.__name__)
+        return fn(*args, **kwargs)
+
+    guarded.is_reference = True
+    return guarded
+
+
+def _as_learner(fn: Callable) -> Callable:
+    """`fn` marked as the learner's code for as long as each call runs."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        global _learner_depth
+        _learner_depth += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _learner_depth -= 1
+
+    return call
+
+
+def _guard(arg):
+    plain = inspect.isfunction(arg) or inspect.ismethod(arg) or isinstance(arg, functools.partial)
+    return _as_learner(arg) if plain and not getattr(arg, "is_reference", False) else arg
+
+
+def learner_or_reference(fn: Callable, ref: Callable, what: str) -> Callable:
+    """`fn` if it is implemented, else the reference (said once), so demos run in any copy."""
+    use_reference = False
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        nonlocal use_reference
+        if not use_reference:
+            try:
+                return fn(*args, **kwargs)
+            except NotImplementedError:
+                use_reference = True
+                print(f"({what} is not written yet: this demo uses the lesson's reference answer.)")
+        return ref(*args, **kwargs)
+
+    return call
+
+
 _ICON = {PASSED: "✅", FAILED: "❌", NOT_ATTEMPTED: "✏️", ERROR: "💥", NOT_APPLICABLE: "➖"}
 _HARNESS = str(Path(__file__).parent)
 
@@ -225,8 +293,12 @@ def check(check_id: str, points: float, hint: str = "") -> Callable:
     def decorate(body: Callable[..., list[Part]]) -> Callable[..., CheckResult]:
         @functools.wraps(body)
         def run(*args, **kwargs) -> CheckResult:
+            args = tuple(_guard(a) for a in args)
+            kwargs = {k: _guard(v) for k, v in kwargs.items()}
             try:
                 result = _summarise(check_id, points, hint, list(body(*args, **kwargs)))
+            except ReferenceUsed as exc:
+                result = CheckResult(check_id, FAILED, 0.0, points, device_class(), str(exc), hint)
             except NotImplementedError:
                 result = CheckResult(
                     check_id,
@@ -254,6 +326,13 @@ def check(check_id: str, points: float, hint: str = "") -> Callable:
             return result
 
         run.check_id, run.points = check_id, points
+        known = REGISTRY.get(check_id)
+        if known is not None and (known.__module__, known.__qualname__) != (
+            run.__module__,
+            run.__qualname__,
+        ):
+            raise ValueError(f"check id {check_id!r} is registered twice")
+        REGISTRY[check_id] = run
         return run
 
     return decorate

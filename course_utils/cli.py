@@ -24,15 +24,20 @@ def _env(args) -> int:
 
 
 def _assign(args) -> int:
-    from .authoring import assign
+    from .authoring import assign, normalise_solutions
 
+    sources = normalise_solutions(args.solutions, check=args.check)
     changed = assign(args.solutions, args.notebooks, check=args.check)
     if args.check:
+        for name in sources:
+            print(f"nbgrader metadata incomplete: {Path(args.solutions) / name}")
         for name in changed:
             print(f"out of date: {Path(args.notebooks) / name}")
-        if changed:
+        if changed or sources:
             print("Run `course assign` to regenerate notebooks/ from solutions/.")
-        return 1 if changed else 0
+        return 1 if changed or sources else 0
+    if sources:
+        print(f"completed nbgrader metadata in {len(sources)} solution(s): " + ", ".join(sources))
     print(
         f"wrote {len(changed)} notebook(s)"
         + (": " + ", ".join(changed) if changed else " (all up to date)")
@@ -117,6 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
+    except ModuleNotFoundError as exc:
+        print(
+            f"course {args.command}: needs {exc.name}, one of the course tools: "
+            "pip install 'faster-pytorch-training[tools]'",
+            file=sys.stderr,
+        )
+        return 2
     except AuthoringError as exc:
         print(f"course {args.command}: malformed notebook: {exc}", file=sys.stderr)
         return 3

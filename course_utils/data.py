@@ -178,6 +178,19 @@ class Splits:
         return f"Data: {what}; {len(self.train):,} training and {len(self.test):,} test images."
 
 
+def _cifar10(tr, te, n_train: int | None, n_test: int | None) -> Splits:
+    from torchvision.datasets import CIFAR10
+
+    root = data_dir()
+    train = CIFAR10(root, train=True, download=True, transform=tr)
+    test = CIFAR10(root, train=False, download=True, transform=te)
+    if n_train:
+        train = torch.utils.data.Subset(train, range(min(n_train, len(train))))
+    if n_test:
+        test = torch.utils.data.Subset(test, range(min(n_test, len(test))))
+    return Splits(train, test, "cifar10", tuple(getattr(CIFAR10, "classes", range(10))))
+
+
 def load_data(
     n_train: int | None = None,
     n_test: int | None = None,
@@ -190,21 +203,16 @@ def load_data(
     tr = train_transform(32, stored_size) if augment else test_transform(32, stored_size)
     te = test_transform(32, stored_size)
     if source == "cifar10":
-        from torchvision.datasets import CIFAR10
-
-        root = data_dir()
-        train = CIFAR10(root, train=True, download=True, transform=tr)
-        test = CIFAR10(root, train=False, download=True, transform=te)
-        if n_train:
-            train = torch.utils.data.Subset(train, range(min(n_train, len(train))))
-        if n_test:
-            test = torch.utils.data.Subset(test, range(min(n_test, len(test))))
-        return Splits(
-            train,
-            test,
-            source,
-            tuple(CIFAR10.classes if hasattr(CIFAR10, "classes") else range(10)),
-        )
+        try:
+            return _cifar10(tr, te, n_train, n_test)
+        except (OSError, RuntimeError) as exc:  # no network, a half-downloaded archive
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            print(
+                f"CIFAR-10 could not be loaded ({reason}); using the offline image set instead. "
+                f"Put CIFAR-10 under {data_dir()} (or set $COURSE_DATA) to use it.",
+                file=sys.stderr,
+            )
+            source = "offline"
     train = OfflineImages(n_train or 20_000, train=True, stored_size=stored_size, transform=tr)
     test = OfflineImages(n_test or 2_000, train=False, stored_size=stored_size, transform=te)
     return Splits(train, test, source, OFFLINE_CLASSES)
@@ -216,3 +224,13 @@ def to_tensors(dataset: Dataset, limit: int | None = None) -> tuple[torch.Tensor
     n = min(len(dataset), limit or len(dataset))
     xs, ys = zip(*(dataset[i] for i in range(n)), strict=True)
     return torch.stack(xs), torch.tensor(ys)
+
+
+def close_loader(loader) -> None:
+    """Stop a DataLoader's persistent workers now instead of whenever it is garbage-collected
+    (a notebook keeps loaders alive, and each idle worker holds a process and its memory)."""
+    it = getattr(loader, "_iterator", None)
+    if it is not None and hasattr(it, "_shutdown_workers"):
+        it._shutdown_workers()
+    if hasattr(loader, "_iterator"):
+        loader._iterator = None

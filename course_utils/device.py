@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import platform
@@ -15,20 +16,25 @@ import torch
 
 DEVICE_CLASSES = ("cuda-tensorcore", "cuda", "cpu-bf16", "cpu", "mps")
 
-# Dense (no sparsity) peak FLOP/s from the vendors' data sheets: (fp32 non-tensor, 16-bit tensor).
-# TF32 is not counted as fp32. Sources: NVIDIA T4/L4/V100/A100/H100/H200 data sheets.
+# Dense (no sparsity) peak FLOP/s from the vendors' data sheets:
+# (fp32 non-tensor, TF32 tensor or None, 16-bit tensor). Matched by whole word, first match
+# wins, so variants come before the plain name. Sources: NVIDIA T4, L4, L40S, A10, A100,
+# V100, H100 (SXM, PCIe, NVL), H200 (SXM, NVL), RTX 3090/4090 data sheets.
 GPU_PEAK_FLOPS = {
-    "H200": (67e12, 989e12),
-    "H100": (67e12, 989e12),  # SXM; PCIe is lower (51e12, 756e12)
-    "A100": (19.5e12, 312e12),
-    "A10G": (31.2e12, 70e12),
-    "A10": (31.2e12, 125e12),
-    "L4": (30.3e12, 121e12),
-    "L40S": (91.6e12, 362e12),
-    "V100": (15.7e12, 125e12),
-    "T4": (8.1e12, 65e12),
-    "RTX 4090": (82.6e12, 165e12),
-    "RTX 3090": (35.6e12, 71e12),
+    "H200 NVL": (60e12, 417e12, 835e12),
+    "H200": (67e12, 494e12, 989e12),
+    "H100 PCIe": (51e12, 378e12, 756e12),
+    "H100 NVL": (60e12, 417e12, 835e12),
+    "H100": (67e12, 494e12, 989e12),  # SXM
+    "A100": (19.5e12, 156e12, 312e12),
+    "A10G": (31.2e12, 35e12, 70e12),
+    "A10": (31.2e12, 62.5e12, 125e12),
+    "L4": (30.3e12, 60e12, 121e12),
+    "L40S": (91.6e12, 183e12, 362e12),
+    "V100": (15.7e12, None, 125e12),
+    "T4": (8.1e12, None, 65e12),
+    "RTX 4090": (82.6e12, 82.6e12, 165e12),
+    "RTX 3090": (35.6e12, 35.6e12, 71e12),
 }
 
 
@@ -94,13 +100,39 @@ def amp_dtype(device: torch.device | str | None = None) -> torch.dtype:
     return torch.bfloat16
 
 
-def gpu_peak_flops(name: str, dtype: torch.dtype = torch.float32) -> float | None:
-    """Data-sheet dense peak for a GPU name, or None when the GPU is not in our table."""
-    for key, (fp32, half) in GPU_PEAK_FLOPS.items():
+def gpu_peak_flops(
+    name: str, dtype: torch.dtype = torch.float32, tf32: bool = False
+) -> float | None:
+    """Data-sheet dense peak for a GPU name, or None when the GPU is not in our table.
+    For float32 with `tf32`, the TF32 tensor-core peak where the GPU has one."""
+    for key, (fp32, tf32_peak, half) in GPU_PEAK_FLOPS.items():
         # whole words only: "L4" must not match "L40S", nor "A10" match "A100"
         if re.search(rf"(?<![A-Za-z0-9]){re.escape(key)}(?![A-Za-z0-9])", name, re.IGNORECASE):
-            return fp32 if dtype == torch.float32 else half
+            if dtype != torch.float32:
+                return half
+            return tf32_peak if tf32 and tf32_peak else fp32
     return None
+
+
+def tf32_state() -> dict[str, bool]:
+    """Whether float32 matmuls and cuDNN convolutions may run in TF32 (Ampere and newer).
+
+    PyTorch leaves matmul TF32 off and cuDNN conv TF32 on by default
+    (https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices).
+    Newer torch has `fp32_precision` ("tf32" / "ieee"); older torch only `allow_tf32`.
+    """
+    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn
+
+    def on(backend, legacy) -> bool:
+        precision = getattr(backend, "fp32_precision", None)
+        if isinstance(precision, str) and precision not in ("none", ""):
+            return precision == "tf32"
+        return bool(legacy())
+
+    return {
+        "matmul": on(matmul, lambda: matmul.allow_tf32),
+        "cudnn": on(conv, lambda: conv.allow_tf32),
+    }
 
 
 @functools.cache
@@ -128,7 +160,10 @@ def peak_flops(
     """Peak dense FLOP/s: the data sheet for known GPUs, a short matmul probe on a CPU."""
     device = torch.device(device) if device is not None else get_device()
     if device.type == "cuda":
-        return gpu_peak_flops(torch.cuda.get_device_name(device), dtype)
+        # float32 work that may run in TF32 (cuDNN convs by default) is measured against the
+        # TF32 peak, or a conv net's "fp32" MFU could pass 100%
+        tf32 = cuda_capability(device)[0] >= 8 and any(tf32_state().values())
+        return gpu_peak_flops(torch.cuda.get_device_name(device), dtype, tf32)
     if device.type == "cpu":
         return _probe_cpu_flops(dtype)
     return None
@@ -158,7 +193,20 @@ def env_info(device: torch.device | str | None = None) -> dict:
     }
     if device.type == "cuda":
         info["capability"] = "{}.{}".format(*cuda_capability(device))
+        info["tf32"] = tf32_state() if cuda_capability(device)[0] >= 8 else "not supported"
     return info
+
+
+def autocast(device: torch.device | str | None = None, enabled: bool = True, dtype=None):
+    """`torch.autocast` for this device with its fast dtype; a no-op context when disabled.
+
+    A no-op rather than `torch.autocast(..., enabled=False)`: torch 2.4 raises for "mps" even
+    when disabled (MPS autocast arrived in 2.5).
+    """
+    device = torch.device(device) if device is not None else get_device()
+    if not enabled:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype or amp_dtype(device))
 
 
 class SimulatedAccelerator:
@@ -189,3 +237,39 @@ class SimulatedAccelerator:
     def close(self) -> None:
         self._queue.put(None)
         self._thread.join()
+
+
+# Near the memory limit not every allocation failure is a torch.cuda.OutOfMemoryError: cuBLAS
+# and cuDNN report theirs as a plain RuntimeError (a failed workspace or handle allocation).
+_OOM_MESSAGES = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` says the device ran out of memory (and nothing else is wrong).
+
+    torch.cuda.OutOfMemoryError (a RuntimeError subclass), or a RuntimeError whose message is
+    an allocation failure: "CUDA out of memory", "MPS backend out of memory",
+    "CUBLAS_STATUS_ALLOC_FAILED", or cuDNN's "CUDNN_STATUS_NOT_SUPPORTED" when it names memory.
+    """
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return True
+    if not isinstance(exc, RuntimeError):
+        return False
+    text = str(exc)
+    if any(m.lower() in text.lower() for m in _OOM_MESSAGES):
+        return True
+    return "CUDNN_STATUS_NOT_SUPPORTED" in text and "memory" in text.lower()
+
+
+def release_cached_memory(device: torch.device | str | None = None) -> None:
+    """After an out-of-memory failure: collect the failed try's garbage and hand the caching
+    allocator's free blocks on `device` back, so the next try starts clean."""
+    import gc
+
+    gc.collect()
+    device = torch.device(device) if device is not None else get_device()
+    if device.type == "cuda":
+        with torch.cuda.device(device):  # the course's device, which need not be the current one
+            torch.cuda.empty_cache()
+    elif device.type == "mps":
+        torch.mps.empty_cache()

@@ -33,3 +33,14 @@ class CheckFailed(AssertionError):
 
     def _render_traceback_(self) -> list[str]:
         return [f"Check {self.check_id} {self.status}: {self.summary}"]
+
+
+class ReferenceUsed(CourseError):
+    """Raised when the learner's code calls a lesson's reference answer while a check runs."""
+
+    def __init__(self, name: str):
+        self.name = name
+        super().__init__(
+            f"your code called the lesson's reference answer `{name}`: the check grades your "
+            "own code, so write the exercise without it"
+        )

@@ -15,6 +15,7 @@ import csv
 import hashlib
 import json
 import os
+import queue
 import subprocess
 import sys
 import tempfile
@@ -27,10 +28,9 @@ import nbformat
 from tqdm.auto import tqdm
 
 from .authoring import check_cells, check_id_of, mark_cells, read
-from .checks import ERROR, MIME, NOT_APPLICABLE, PASSED
 from .errors import UsageError
+from .protocol import ERROR, MIME, MISSING, NOT_APPLICABLE, PASSED, TIMEOUT
 
-TIMEOUT, MISSING = "timeout", "missing"
 STATE_FILE = ".grading-state.json"
 
 
@@ -237,15 +237,37 @@ def _kill_tree(proc: subprocess.Popen) -> None:
         pass
 
 
+def kernel_env(*, quick: bool, gpu: int | None = None) -> dict[str, str]:
+    """The environment a grading kernel starts with.
+
+    Figures: the kernel's inline backend turns each figure into an image output (which the
+    report keeps); an inherited MPLBACKEND=Agg would replace it and lose every plot.
+    Threads: torch's OpenMP threads wait passively, so a kernel beside other jobs is not
+    slowed by its own spinning threads (see course_utils/__init__.py for the measurement).
+    GPU: with --jobs N, each job sees one GPU of its own (None: all GPUs, as inherited).
+    """
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+    env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+    if quick:
+        env["COURSE_QUICK"] = "1"
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    return env
+
+
 def execute_isolated(
-    nb, workdir: Path, *, cell_timeout: float, notebook_timeout: float, quick: bool
+    nb,
+    workdir: Path,
+    *,
+    cell_timeout: float,
+    notebook_timeout: float,
+    quick: bool,
+    gpu: int | None = None,
 ) -> tuple[nbformat.NotebookNode | None, dict]:
     """Run `nb` in a child process inside `workdir`; return the executed notebook and status."""
     src, out = workdir / "submission.ipynb", workdir / "executed.ipynb"
     nbformat.write(nb, str(src))
-    env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1"}
-    if quick:
-        env["COURSE_QUICK"] = "1"
+    env = kernel_env(quick=quick, gpu=gpu)
     cmd = [
         sys.executable,
         "-m",
@@ -287,8 +309,37 @@ def execute_isolated(
 
 
 def _fingerprint(data: bytes, settings: str) -> str:
-    """Same submission, same solutions and settings: the grades can be reused."""
+    """Same submission, same settings: the grades can be reused."""
     return hashlib.sha256(data + settings.encode()).hexdigest()
+
+
+HARNESS = Path(__file__).parent
+
+
+def grading_settings(
+    sol_paths: list[Path], cell_timeout: float, quick: bool, *, harness: Path = HARNESS
+) -> str:
+    """Everything besides the submission that decides its grades: the solution notebooks
+    (locked checks), the harness's own code (check bodies, thresholds), the device class and
+    torch version, and the run settings. A change to any of them invalidates reused grades."""
+    import torch  # only when grading: `course --help` and `course assign` start without it
+
+    from . import device
+
+    digest = hashlib.sha256()
+    for path in sol_paths:
+        digest.update(path.read_bytes())
+    for path in sorted(harness.rglob("*.py")):
+        digest.update(path.relative_to(harness).as_posix().encode() + path.read_bytes())
+    return (
+        f"{digest.hexdigest()}|{device.device_class()}|{torch.__version__}|{cell_timeout}|{quick}"
+    )
+
+
+def _gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def grade_one(
@@ -299,6 +350,7 @@ def grade_one(
     cell_timeout: float,
     notebook_timeout: float,
     quick: bool,
+    gpu: int | None = None,
 ) -> tuple[list[Row], dict]:
     """Grade one submission; returns its rows and the notes for its feedback."""
 
@@ -337,6 +389,7 @@ def grade_one(
             cell_timeout=cell_timeout,
             notebook_timeout=notebook_timeout,
             quick=quick,
+            gpu=gpu,
         )
         if executed is not None:
             (out / "executed").mkdir(parents=True, exist_ok=True)
@@ -403,8 +456,9 @@ def grade(
             f"no solution notebooks in {solutions}: the locked check cells come from there"
         )
     sols = {p.stem: read(p) for p in sol_paths}
-    settings = "".join(p.read_text(encoding="utf-8") for p in sol_paths) + f"{cell_timeout}{quick}"
+    settings = grading_settings(sol_paths, cell_timeout, quick)
     notebook_timeout = notebook_timeout or max(3600.0, 4 * cell_timeout)
+    gpus = _gpu_count() if jobs > 1 else 0
     if jobs > 1:
         print(
             f"Grading {jobs} submissions at a time: timing checks get noisy; use --jobs 1 for final grades.",
@@ -414,8 +468,13 @@ def grade(
     (out / "feedback").mkdir(exist_ok=True)
     state_path = out / STATE_FILE
     state = json.loads(state_path.read_text()) if state_path.exists() else {}
+    slots: queue.Queue[int] = queue.Queue()
+    for slot in range(max(1, jobs)):
+        slots.put(slot)
 
-    def work(sub: Submission) -> tuple[Submission, list[Row], bool]:
+    def work(sub: Submission) -> tuple[Submission, list[Row], dict | None]:
+        """Grade one submission in a worker thread; returns its new state entry (None when
+        reused). Only the main thread touches `state`."""
         try:
             data = sub.path.read_bytes()
         except OSError:
@@ -427,33 +486,40 @@ def grade(
             and previous["fingerprint"] == key
             and (out / "feedback" / f"{sub.slug}.md").exists()
         ):
-            return sub, [Row(**r) for r in previous["rows"]], True
+            return sub, [Row(**r) for r in previous["rows"]], None
         t0 = time.perf_counter()
-        rows, notes = grade_one(
-            sub,
-            sols,
-            out,
-            cell_timeout=cell_timeout,
-            notebook_timeout=notebook_timeout,
-            quick=quick,
-        )
+        slot = slots.get()
+        try:
+            rows, notes = grade_one(
+                sub,
+                sols,
+                out,
+                cell_timeout=cell_timeout,
+                notebook_timeout=notebook_timeout,
+                quick=quick,
+                gpu=slot % gpus if gpus > 1 else None,
+            )
+        finally:
+            slots.put(slot)
         (out / "feedback" / f"{sub.slug}.md").write_text(
             feedback(sub, rows, notes), encoding="utf-8"
         )
-        state[sub.name] = {
+        entry = {
             "fingerprint": key,
             "rows": [asdict(r) for r in rows],
             "seconds": time.perf_counter() - t0,
         }
-        return sub, rows, False
+        return sub, rows, entry
 
     results: dict[str, tuple[list[Row], bool]] = {}
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for sub, rows, reused in tqdm(
+        for sub, rows, entry in tqdm(
             pool.map(work, subs), total=len(subs), desc="grading", unit="notebook"
         ):
-            results[sub.name] = (rows, reused)
-            state_path.write_text(json.dumps(state, indent=1))
+            results[sub.name] = (rows, entry is None)
+            if entry is not None:
+                state[sub.name] = entry
+                state_path.write_text(json.dumps(state, indent=1))
     _write_csvs(out, [results[s.name][0] for s in subs])
     counts: dict[str, int] = {}
     for rows, _ in results.values():

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from .device import amp_dtype, env_info, get_device, synchronize
+from .device import amp_dtype, autocast, env_info, get_device, synchronize
 
 
 @dataclass
@@ -63,6 +63,21 @@ def _cycle(loader: Iterable):
         yield from loader
 
 
+def _step(scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer) -> bool:
+    """Step through the scaler; False when it skipped the step (inf/NaN gradients in fp16).
+
+    A schedule must not advance on a skipped step. Reading the scale is a host-device sync,
+    paid only when a GradScaler is in use (fp16); bf16 and fp32 runs never skip.
+    """
+    if not scaler.is_enabled():
+        scaler.step(optimizer)
+        return True
+    before = scaler.get_scale()
+    scaler.step(optimizer)
+    scaler.update()
+    return scaler.get_scale() >= before
+
+
 def train(
     model: nn.Module,
     loader: Iterable,
@@ -97,33 +112,35 @@ def train(
     use_scaler = amp and device.type == "cuda" and amp_dtype(device) == torch.float16
     scaler = torch.amp.GradScaler(device.type, enabled=use_scaler)
     history, batches = History(env=env_info(device)), _cycle(loader)
+    losses = []  # device tensors: read once at the end, not one host-device sync per step
     start = time.perf_counter()
     bar = tqdm(range(1, steps + 1), desc="training", disable=not progress, leave=False)
     for step in bar:
-        total = 0.0
+        total = torch.zeros((), device=device)
         for _ in range(accumulate):
             x, y = next(batches)
             x = x.to(device, non_blocking=True, memory_format=memory_format)
             y = y.to(device, non_blocking=True)
-            with torch.autocast(device.type, dtype=amp_dtype(device), enabled=amp):
+            with autocast(device, enabled=amp):
                 loss = loss_fn(model(x), y) / accumulate
             scaler.scale(loss).backward()
             total += loss.detach()
         if clip is not None:
             scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
             nn.utils.clip_grad_norm_(model.parameters(), clip)
-        scaler.step(optimizer)
-        scaler.update()
+        stepped = _step(scaler, optimizer)  # also updates the scale
         optimizer.zero_grad(set_to_none=True)
-        if scheduler is not None:
+        if scheduler is not None and stepped:
             scheduler.step()
+        losses.append(total)
         history.step.append(step)
-        history.loss.append(float(total))  # one sync per step, needed for the record
         history.lr.append(optimizer.param_groups[0]["lr"])
-        history.seconds.append(time.perf_counter() - start)
+        history.seconds.append(time.perf_counter() - start)  # host time: work may be queued
         if eval_loader is not None and eval_every and (step % eval_every == 0 or step == steps):
             history.eval_step.append(step)
-            history.accuracy.append(evaluate(model, eval_loader, device))
-            bar.set_postfix(loss=f"{history.loss[-1]:.3f}", acc=f"{history.accuracy[-1]:.1%}")
+            history.accuracy.append(evaluate(model, eval_loader, device))  # syncs anyway
+            history.seconds[-1] = time.perf_counter() - start
+            bar.set_postfix(loss=f"{float(total):.3f}", acc=f"{history.accuracy[-1]:.1%}")
+    history.loss = torch.stack(losses).float().tolist() if losses else []
     synchronize(device)
     return history

@@ -49,6 +49,7 @@ def toy_solution():
         check_code("toy-double", 1, "check_double(double)"),
         code("def square(x):\n    ### BEGIN SOLUTION\n    return x * x\n    ### END SOLUTION"),
         check_code("toy-square", 2, "check_square(square)"),
+        code("import matplotlib.pyplot as plt\n\nplt.plot([1, 2, 3])\nplt.title('toy figure');"),
     ]
     return new_notebook(cells, TOY)
 

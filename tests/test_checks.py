@@ -318,3 +318,57 @@ def test_retry_measure_gives_up_after_attempts_and_returns_the_last_value():
 
     assert retry_measure(measure, lambda v: v >= 2.0, attempts=3) == 1.2
     assert len(calls) == 3
+
+
+def test_learner_code_calling_a_reference_answer_fails_saying_so():
+    @checks.reference
+    def reference_double(x):
+        return x + x
+
+    @check("test-delegation", points=1)
+    def check_double(double):
+        return [correct("double(3)", double(3) == 6, "double(3) must be 6")]
+
+    def delegating(x):
+        return reference_double(x)
+
+    with pytest.raises(CheckFailed) as info:
+        check_double(delegating)
+    assert info.value.status == FAILED
+    assert "reference answer `reference_double`" in info.value.summary
+    assert check_double(lambda x: x * 2).status == PASSED
+    assert reference_double(3) == 6  # outside a check, demos may use it
+
+
+def test_a_check_may_use_the_reference_itself_while_grading():
+    @checks.reference
+    def reference_square(x):
+        return x * x
+
+    @check("test-reference-inside", points=1)
+    def check_square(square):
+        return [correct("square(4)", square(4) == reference_square(4), "square(4) must be 16")]
+
+    assert check_square(lambda x: x**2).status == PASSED
+
+
+def test_learner_or_reference_falls_back_once_the_exercise_is_not_written(capsys):
+    def unwritten(x):
+        raise NotImplementedError()
+
+    call = checks.learner_or_reference(unwritten, lambda x: x + 1, "unwritten")
+    assert call(1) == 2 and call(2) == 3
+    assert capsys.readouterr().out.count("not written yet") == 1
+
+
+def test_every_check_is_registered_by_its_id_and_an_id_is_taken_once():
+    @check("test-registry", points=1)
+    def check_one(fn):
+        return []
+
+    assert checks.REGISTRY["test-registry"] is check_one
+    with pytest.raises(ValueError, match="registered twice"):
+
+        @check("test-registry", points=1)
+        def check_other(fn):
+            return []

@@ -153,3 +153,23 @@ def test_dataset_source_is_cifar10_when_it_is_on_disk(monkeypatch, tmp_path):
     (tmp_path / "cifar-10-batches-py").mkdir()
     (tmp_path / "cifar-10-batches-py" / "data_batch_1").write_bytes(b"")
     assert dataset_source() == "cifar10"
+
+
+def test_cifar10_that_cannot_be_downloaded_falls_back_to_the_offline_set(
+    monkeypatch, tmp_path, capsys
+):
+    import urllib.error
+
+    import torchvision.datasets
+
+    from course_utils import data
+
+    def no_network(*args, **kwargs):
+        raise urllib.error.URLError("no network")
+
+    monkeypatch.setenv("COURSE_DATASET", "cifar10")
+    monkeypatch.setenv("COURSE_DATA", str(tmp_path))
+    monkeypatch.setattr(torchvision.datasets, "CIFAR10", no_network)
+    splits = data.load_data(64, 32)
+    assert splits.source == "offline" and len(splits.train) == 64
+    assert "using the offline image set" in capsys.readouterr().err

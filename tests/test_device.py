@@ -218,3 +218,40 @@ def test_cpu_flags_are_read_as_a_set_of_strings():
     flags = device.cpu_flags()
     assert isinstance(flags, set)
     assert all(isinstance(f, str) and f for f in flags)
+
+
+@pytest.mark.parametrize(
+    ("name", "fp32"),
+    [("NVIDIA H100 PCIe", 51e12), ("NVIDIA H100 NVL", 60e12), ("NVIDIA H200 NVL", 60e12)],
+)
+def test_h100_and_h200_variants_get_their_own_data_sheet_peaks(name, fp32):
+    assert gpu_peak_flops(name) == fp32
+
+
+def test_float32_peak_is_the_tf32_peak_when_tf32_may_run(fake_gpu, monkeypatch):
+    """cuDNN convolutions use TF32 by default on Ampere+: against the plain fp32 peak a conv
+    net's "fp32" MFU could pass 100%."""
+    fake_gpu((8, 0), "NVIDIA A100-SXM4-40GB")
+    monkeypatch.setattr(device, "tf32_state", lambda: {"matmul": False, "cudnn": True})
+    assert peak_flops(torch.device("cuda")) == 156e12
+    monkeypatch.setattr(device, "tf32_state", lambda: {"matmul": False, "cudnn": False})
+    assert peak_flops(torch.device("cuda")) == 19.5e12
+    fake_gpu((7, 5), "Tesla T4")
+    monkeypatch.setattr(device, "tf32_state", lambda: {"matmul": True, "cudnn": True})
+    assert peak_flops(torch.device("cuda")) == 8.1e12  # no TF32 before Ampere
+
+
+def test_tf32_state_reads_the_backend_flags():
+    state = device.tf32_state()
+    assert set(state) == {"matmul", "cudnn"} and all(isinstance(v, bool) for v in state.values())
+
+
+def test_disabled_autocast_is_a_no_op_even_where_torch_would_raise(monkeypatch):
+    """torch 2.4 raises for torch.autocast("mps", enabled=False); the harness never calls it."""
+
+    def raising(*args, **kwargs):
+        raise RuntimeError("MPS autocast needs torch 2.5")
+
+    monkeypatch.setattr(torch, "autocast", raising)
+    with device.autocast(torch.device("mps"), enabled=False):
+        pass

@@ -162,3 +162,63 @@ def test_grade_rejects_missing_path(tmp_path):
 
     with pytest.raises(UsageError, match="no such file"):
         grade([tmp_path / "nope"], out=tmp_path / "out", solutions=tmp_path)
+
+
+def test_grading_settings_change_with_the_harness_code_and_the_device_class(tmp_path, monkeypatch):
+    """A fixed threshold or check body, or another device class, must not reuse old grades."""
+    from course_utils import device, grading
+
+    sol = tmp_path / "toy.ipynb"
+    sol.write_text("{}")
+    harness = tmp_path / "harness"
+    harness.mkdir()
+    (harness / "checks.py").write_text("THRESHOLD = 1.5\n")
+    before = grading.grading_settings([sol], 40, True, harness=harness)
+    (harness / "checks.py").write_text("THRESHOLD = 1.3\n")
+    after_fix = grading.grading_settings([sol], 40, True, harness=harness)
+    monkeypatch.setattr(device, "device_class", lambda d=None: "cuda-tensorcore")
+    other_device = grading.grading_settings([sol], 40, True, harness=harness)
+    assert len({before, after_fix, other_device}) == 3
+
+
+def test_regrading_after_a_check_changed_grades_again(graded, monkeypatch):
+    from course_utils import grading
+
+    monkeypatch.setattr(grading, "grading_settings", lambda *a, **k: "a threshold was fixed")
+    sub = graded["subs"] / f"solved_{TOY}"
+    summary = grade(
+        [sub], out=graded["root"] / "out", solutions=graded["solutions"], cell_timeout=40
+    )
+    assert summary.reused == 0
+
+
+def test_parallel_grading_touches_its_state_only_from_the_main_thread(tmp_path, monkeypatch):
+    """Worker threads return their results; only the main thread updates and saves the state
+    (a dict mutated while json.dumps iterates it fails at random)."""
+    import threading
+    import time as _time
+
+    from course_utils import grading
+
+    seen_gpus, dumped_from = [], set()
+
+    def fake_grade_one(sub, sols, out, **kw):
+        seen_gpus.append(kw["gpu"])
+        _time.sleep(0.05)
+        return [
+            grading.Row(sub.name, "toy", "toy-double", "passed", 1, 1, None, None, "cpu", "")
+        ], {}
+
+    real_dumps = grading.json.dumps
+
+    def dumps(obj, **kw):
+        dumped_from.add(threading.current_thread() is threading.main_thread())
+        return real_dumps(obj, **kw)
+
+    monkeypatch.setattr(grading, "grade_one", fake_grade_one)
+    monkeypatch.setattr(grading, "_gpu_count", lambda: 2)
+    monkeypatch.setattr(grading.json, "dumps", dumps)
+    solutions, subs = make_course(tmp_path)
+    grade([subs], out=tmp_path / "out", solutions=solutions, jobs=3)
+    assert dumped_from == {True}
+    assert set(seen_gpus) <= {0, 1} and len(seen_gpus) == len(list(subs.iterdir()))

@@ -56,7 +56,9 @@ def test_environment_yml_pip_list_equals_pyproject_dependencies_and_dev_extras(
     pyproject, environment
 ):
     project = pyproject["project"]
-    wanted = lower_bounds(project["dependencies"] + project["optional-dependencies"]["dev"])
+    extras = project["optional-dependencies"]
+    everything = project["dependencies"] + [r for reqs in extras.values() for r in reqs]
+    wanted = lower_bounds([r for r in everything if not r.startswith(project["name"])])
     pip = [r for r in environment_pip_list(environment) if not r.startswith("-e")]
     assert lower_bounds(pip) == wanted
 
@@ -90,3 +92,27 @@ def test_installed_course_command_loads_the_cli_main():
     [script] = [e for e in metadata.entry_points(group="console_scripts") if e.name == "course"]
     assert script.value == "course_utils.cli:main"
     assert script.load() is main
+
+
+def test_dev_extra_brings_every_other_extra(pyproject):
+    """`pip install -e ".[dev]"` is the README's one install: it must bring the tools and lab."""
+    project = pyproject["project"]
+    others = set(project["optional-dependencies"]) - {"dev"}
+    selves = [r for r in project["optional-dependencies"]["dev"] if r.startswith(project["name"])]
+    assert [set(r.split("[")[1].rstrip("]").split(",")) for r in selves] == [others]
+
+
+def test_notebook_runtime_needs_no_jupyter_or_grading_packages(pyproject):
+    """Colab installs the bare project: nothing of the instructor's tools."""
+    names = set(lower_bounds(pyproject["project"]["dependencies"]))
+    assert not names & {"jupyterlab", "papermill", "nbval", "nbclient", "nbformat", "nbgrader"}
+
+
+def test_course_help_starts_without_importing_torch():
+    import subprocess
+
+    code = (
+        "import sys; import course_utils.cli as c; c.build_parser(); print('torch' in sys.modules)"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "False"

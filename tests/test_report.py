@@ -20,3 +20,14 @@ def test_report_runs_each_solution_and_writes_results_table(tmp_path):
     ]
     assert "2/2 checks passed" in text
     assert "| toy_lesson | toy-double | passed |" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_report_keeps_the_figures_the_notebooks_draw(tmp_path, monkeypatch):
+    """An inherited MPLBACKEND=Agg must not replace the kernel's inline backend, which is what
+    turns a figure into an image output."""
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    solutions, _ = make_course(tmp_path)
+    report(solutions=solutions, out=tmp_path / "report", quick=True, timeout=120)
+    assert list((tmp_path / "report" / "plots").glob("*.png"))
+    executed = (tmp_path / "report" / "executed" / "toy_lesson.ipynb").read_text()
+    assert "image/png" in executed

@@ -78,3 +78,41 @@ def test_train_needs_steps_or_epochs():
     model = cu.SmallCNN(width=8)
     with pytest.raises(ValueError):
         cu.train(model, tiny_loader(), torch.optim.SGD(model.parameters(), 0.1), progress=False)
+
+
+def test_scheduler_does_not_advance_when_the_scaler_skips_a_step():
+    """fp16 + GradScaler skips the optimizer step on inf/NaN gradients; a one-cycle schedule
+    that advanced anyway would end early."""
+    from course_utils.train import _step
+
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.SGD([w], lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    scaler.scale(torch.ones(()))  # as the loss would be: sets up the scale
+    w.grad = torch.tensor([1.0, float("inf"), 1.0])
+    assert _step(scaler, opt) is False and torch.equal(w.detach(), torch.ones(3))
+    w.grad = torch.ones(3)
+    assert _step(scaler, opt) is True
+
+
+def test_train_makes_no_host_device_sync_per_step():
+    """The course's reference loop must not carry the sync that lesson 10 teaches to remove:
+    losses stay on the device and are read once at the end."""
+    from torch.overrides import TorchFunctionMode
+
+    class CountReads(TorchFunctionMode):
+        reads = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            reads = (torch.Tensor.item, torch.Tensor.__float__, torch.Tensor.tolist)
+            if func in reads and args[0].is_floating_point():  # not the loader's int seed
+                CountReads.reads += 1
+            return func(*args, **(kwargs or {}))
+
+    model = cu.SmallCNN(width=8)
+    with CountReads():
+        history = cu.train(
+            model, tiny_loader(), torch.optim.SGD(model.parameters(), 0.1), steps=8, progress=False
+        )
+    assert len(history.loss) == 8 and all(isinstance(v, float) for v in history.loss)
+    assert CountReads.reads <= 1

@@ -1,0 +1,66 @@
+"""Contracts that hold across lessons: every locked check cell has exactly one registered
+check behind it, and lessons stay independent of each other."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import pkgutil
+from pathlib import Path
+
+import course_utils.lessons
+from course_utils.authoring import check_cells, read
+from course_utils.checks import REGISTRY
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSONS = Path(course_utils.lessons.__file__).parent
+
+
+def lesson_names() -> list[str]:
+    return [m.name for m in pkgutil.iter_modules([str(LESSONS)])]
+
+
+def test_every_grade_id_in_solutions_maps_to_exactly_one_registered_check():
+    for name in lesson_names():
+        importlib.import_module(f"course_utils.lessons.{name}")
+    ids = []
+    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
+        ids += list(check_cells(read(path), path.stem))
+    assert ids, "no check cells found in solutions/"
+    assert len(ids) == len(set(ids)), "a grade_id is used by two notebooks"
+    unknown = [i for i in ids if i not in REGISTRY]
+    assert not unknown, f"check cells with no registered check: {unknown}"
+    orphans = [i for i in REGISTRY if i[:2].isdigit() and i not in ids]
+    assert not orphans, f"registered checks no notebook uses: {orphans}"
+
+
+def imported_modules(file: Path) -> set[str]:
+    """Absolute names of the modules `file` imports (`from x import y` counts x and x.y)."""
+    rel = file.relative_to(LESSONS.parent.parent).with_suffix("")
+    package = ".".join(rel.parts[:-1])
+    found = set()
+    for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                module = importlib.util.resolve_name("." * node.level + module, package)
+            found.add(module)
+            found |= {f"{module}.{a.name}" for a in node.names}
+    return found
+
+
+def test_no_lesson_imports_another_lesson():
+    offenders = []
+    for name in lesson_names():
+        path = LESSONS / name
+        files = list(path.rglob("*.py")) if path.is_dir() else [LESSONS / f"{name}.py"]
+        for file in files:
+            for module in imported_modules(file):
+                parts = module.split(".")
+                if parts[:2] == ["course_utils", "lessons"] and len(parts) > 2:
+                    if parts[2] != name and parts[2] in lesson_names():
+                        offenders.append(f"{file.relative_to(ROOT)} imports lesson {parts[2]}")
+    assert not offenders, offenders
