@@ -47,6 +47,7 @@ _EXPORTS = {
     "env": ".session",
     "seed_everything": ".session",
     "setup": ".session",
+    "effect": ".effects",
     "History": ".train",
     "evaluate": ".train",
     "train": ".train",

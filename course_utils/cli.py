@@ -1,6 +1,7 @@
 """`course` command: parse arguments, call one library function, map errors to exit codes.
 
-Exit codes: 0 done (whatever learners scored), 1 `assign --check` found differences,
+Exit codes: 0 done (whatever learners scored), 1 `assign --check` found differences or a
+`report` check did not pass,
 2 usage error (bad path, nothing to grade), 3 a malformed solution notebook.
 """
 
@@ -63,15 +64,17 @@ def _grade(args) -> int:
 def _report(args) -> int:
     from .report import report
 
-    print(
-        report(
-            solutions=Path(args.solutions),
-            out=Path(args.out),
-            quick=args.quick,
-            timeout=args.timeout,
-        )
+    result = report(
+        solutions=Path(args.solutions),
+        out=Path(args.out),
+        quick=args.quick,
+        timeout=args.timeout,
+        only=[o.strip() for o in args.only.split(",") if o.strip()] if args.only else None,
+        reference=Path("docs/results") if args.reference else None,
     )
-    return 0
+    print(result.summary() if hasattr(result, "summary") else result)
+    print(f"report: {Path(args.out) / 'report.md'} and {Path(args.out) / 'report.html'}")
+    return 0 if getattr(result, "ok", True) else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,6 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", default="report")
     p.add_argument("--timeout", type=float, default=900, help="seconds per cell")
+    p.add_argument(
+        "--only", help="comma-separated notebook prefixes (e.g. 04,05); merged into OUT's results"
+    )
+    p.add_argument(
+        "--reference",
+        action="store_true",
+        help="also write docs/results/<device-class>-<device>.md/.json (the committed references)",
+    )
     p.add_argument("--solutions", default="solutions")
     p.set_defaults(run=_report)
     return parser

@@ -54,3 +54,6 @@ CHECK_MARKER = re.compile(
     r"^#\s*\[course-check\]\s+(?P<id>\S+)(?:\s+\((?P<points>[\d.]+) points?\))?", re.MULTILINE
 )
 ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]+$")
+
+# A notebook's headline effect (course_utils.effects.Effect.to_dict()), read by `course report`.
+EFFECT_MIME = "application/vnd.course-effect+json"

@@ -1,27 +1,121 @@
-"""`course report`: run every solution notebook and collect what it measured.
+"""`course report`: run every solution notebook and show what each technique bought here.
 
-Writes `OUT/results.csv` (one row per check: status and measured value on this machine),
-`OUT/report.md` (the same as a table, with provenance and run times), `OUT/plots/` (every
-figure the notebooks drew) and `OUT/executed/` (the notebooks with their outputs), so the
-course's claims can be re-measured on any device.
+Writes into OUT: `results.json` (every check, every headline effect with its raw samples, the
+run of each notebook, and the provenance), `report.md` and a self-contained `report.html`
+(one row per technique: baseline, improved, effect with its spread, what this device class
+expects, status, run time), `summary.png` (the effect per technique, with spread), `plots/`
+(every figure the notebooks drew) and `executed/`. `--only` re-runs some notebooks and merges
+them into the results already in OUT. `--reference` also copies the report to
+`docs/results/<device-class>-<device-name>.{md,json,png}`, the committed reference results.
 """
 
 from __future__ import annotations
 
 import base64
-import csv
+import datetime
+import json
+import re
+import shutil
+import sys
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-import nbformat
-from tqdm.auto import tqdm
 
 from .authoring import read
 from .errors import UsageError
-from .grading import Row, execute_isolated, read_results, restore_checks
-from .session import env
+from .protocol import EFFECT_MIME, NOT_APPLICABLE, PASSED
+
+OK_STATUSES = (PASSED, NOT_APPLICABLE)
+
+
+@dataclass
+class NotebookRun:
+    """One solution notebook's run: how it ended, its checks, its effects, its figures."""
+
+    notebook: str
+    outcome: str  # completed, crashed, kernel-died, notebook-timeout
+    detail: str
+    seconds: float
+    checks: list[dict] = field(default_factory=list)
+    effects: list[dict] = field(default_factory=list)
+    plots: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "completed" and all(c["status"] in OK_STATUSES for c in self.checks)
+
+
+@dataclass
+class Report:
+    env: dict
+    quick: bool
+    date: str
+    command: str
+    runs: dict[str, NotebookRun]
+
+    @property
+    def ok(self) -> bool:
+        return all(run.ok for run in self.runs.values())
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "ok": self.ok}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Report:
+        runs = {k: NotebookRun(**v) for k, v in data.get("runs", {}).items()}
+        return cls(data["env"], data["quick"], data["date"], data["command"], runs)
+
+    def summary(self) -> str:
+        checks = [c for run in self.runs.values() for c in run.checks]
+        good = sum(c["status"] in OK_STATUSES for c in checks)
+        broken = [name for name, run in self.runs.items() if run.outcome != "completed"]
+        tail = f"; notebooks that did not complete: {', '.join(broken)}" if broken else ""
+        return (
+            f"{good}/{len(checks)} checks passed or not applicable on "
+            f"{self.env.get('device_class')} in {len(self.runs)} notebook(s){tail}"
+        )
+
+
+def run_notebook(path: Path, out: Path, *, quick: bool, timeout: float) -> NotebookRun:
+    """Execute one solution notebook as the grader would, and read what it measured."""
+    from .grading import execute_isolated, read_results, restore_checks
+
+    lesson, sol = path.stem, read(path)
+    prepared, _ = restore_checks(sol, sol, lesson)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="course-report-") as tmp:
+        executed, status = execute_isolated(
+            prepared,
+            Path(tmp),
+            cell_timeout=timeout,
+            notebook_timeout=max(3600.0, 4 * timeout),
+            quick=quick,
+        )
+    seconds = time.perf_counter() - t0
+    nb = executed or prepared
+    if executed is not None:
+        (out / "executed").mkdir(parents=True, exist_ok=True)
+        import nbformat
+
+        nbformat.write(executed, str(out / "executed" / path.name))
+    checks = read_results(nb, sol, lesson, status, timeout)
+    for c in checks:
+        c.pop("parts", None)
+    run = NotebookRun(lesson, status["outcome"], status.get("detail", ""), seconds, checks)
+    for old in (out / "plots").glob(f"{lesson}-*.png"):
+        old.unlink()
+    for i, cell in enumerate(nb.cells):
+        for j, output in enumerate(cell.get("outputs", [])):
+            data = output.get("data", {})
+            if EFFECT_MIME in data:
+                run.effects.append(data[EFFECT_MIME])
+            if "image/png" in data:
+                name = f"{lesson}-cell{i:02d}-{j}.png"
+                (out / "plots").mkdir(parents=True, exist_ok=True)
+                (out / "plots" / name).write_bytes(base64.b64decode(data["image/png"]))
+                run.plots.append(name)
+    return run
 
 
 def report(
@@ -30,64 +124,242 @@ def report(
     *,
     quick: bool = False,
     timeout: float = 900,
-) -> str:
+    only: list[str] | None = None,
+    reference: Path | None = None,
+) -> Report:
+    """Run the solution notebooks (all, or those whose names start with one of `only`)."""
+    from tqdm.auto import tqdm
+
+    from .session import env
+
     paths = sorted(Path(solutions).glob("*.ipynb"))
+    if only:
+        paths = [p for p in paths if any(p.stem.startswith(o) for o in only)]
     if not paths:
-        raise UsageError(f"no solution notebooks in {solutions}")
+        raise UsageError(
+            f"no solution notebooks in {solutions}" + (f" match {only}" if only else "")
+        )
     out.mkdir(parents=True, exist_ok=True)
-    (out / "plots").mkdir(exist_ok=True)
-    info = env(verbose=False)
-    rows, seconds = [], {}
-    for path in tqdm(paths, desc="report", unit="notebook"):
-        lesson, sol = path.stem, read(path)
-        prepared, _ = restore_checks(sol, sol, lesson)
-        t0 = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="course-report-") as tmp:
-            executed, status = execute_isolated(
-                prepared,
-                Path(tmp),
-                cell_timeout=timeout,
-                notebook_timeout=max(3600.0, 4 * timeout),
-                quick=quick,
+    previous = out / "results.json"
+    runs: dict[str, NotebookRun] = {}
+    if only and previous.exists():
+        runs = Report.from_dict(json.loads(previous.read_text(encoding="utf-8"))).runs
+    result = Report(
+        env(verbose=False),
+        quick,
+        datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "course report"
+        + (" --quick" if quick else "")
+        + (f" --only {','.join(only)}" if only else ""),
+        runs,
+    )
+    bar = tqdm(paths, desc="report", unit="notebook")
+    for path in bar:
+        bar.set_postfix_str(path.stem)
+        run = run_notebook(path, out, quick=quick, timeout=timeout)
+        result.runs[run.notebook] = run
+        good = sum(c["status"] in OK_STATUSES for c in run.checks)
+        how = "" if run.outcome == "completed" else f", {run.outcome}: {run.detail}"
+        bar.write(
+            f"{run.notebook}: {good}/{len(run.checks)} checks ok, "
+            f"{len(run.effects)} effect(s), {run.seconds:.0f} s{how}",
+            file=sys.stderr,
+        )
+    result.runs = dict(sorted(result.runs.items()))
+    write(result, out)
+    if reference is not None:
+        publish(result, out, reference)
+    return result
+
+
+# --- writing -------------------------------------------------------------------------------
+
+
+def _fmt(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return ""
+    if unit == "s":
+        return f"{value * 1e3:.3g} ms"
+    if unit == "bytes":
+        return f"{value / 2**20:.3g} MiB"
+    return f"{value:.4g} {unit}".strip()
+
+
+def technique_rows(result: Report) -> list[dict]:
+    """One row per headline effect; a notebook that recorded none still gets a row."""
+    rows = []
+    for name, run in result.runs.items():
+        good = sum(c["status"] in OK_STATUSES for c in run.checks)
+        status = f"{good}/{len(run.checks)} checks ok" + (
+            "" if run.outcome == "completed" else f" ({run.outcome})"
+        )
+        base = {"notebook": name, "status": status, "runtime": f"{run.seconds:.0f} s"}
+        for e in run.effects or [None]:
+            if e is None:
+                rows.append(
+                    {
+                        **base,
+                        "technique": "",
+                        "metric": "",
+                        "baseline": "",
+                        "improved": "",
+                        "effect": "",
+                        "expected": "",
+                    }
+                )
+                continue
+            q1, q3 = e["spread"]
+            spread = f" (IQR {q1:.2f}-{q3:.2f})" if len(e["ratios"]) > 1 else ""
+            rows.append(
+                {
+                    **base,
+                    "technique": e["technique"],
+                    "metric": e["metric"],
+                    "baseline": _fmt(e["baseline"], e["unit"]),
+                    "improved": _fmt(e["improved"], e["unit"]),
+                    "effect": f"{e['ratio']:.2f}x{spread}",
+                    "expected": e.get("expected", ""),
+                }
             )
-        seconds[lesson] = time.perf_counter() - t0
-        if executed is not None:
-            (out / "executed").mkdir(exist_ok=True)
-            nbformat.write(executed, str(out / "executed" / path.name))
-        rows += [
-            Row(path.name, lesson, **r)
-            for r in read_results(executed or prepared, sol, lesson, status, timeout)
-        ]
-        for i, cell in enumerate((executed or prepared).cells):
-            for j, output in enumerate(cell.get("outputs", [])):
-                png = output.get("data", {}).get("image/png")
-                if png:
-                    (out / "plots" / f"{lesson}-cell{i:02d}-{j}.png").write_bytes(
-                        base64.b64decode(png)
-                    )
-    with open(out / "results.csv", "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(Row.columns())
-        for r in rows:
-            d = asdict(r)
-            writer.writerow(["" if d[c] is None else d[c] for c in Row.columns()])
+    return rows
+
+
+COLUMNS = (
+    "notebook",
+    "technique",
+    "metric",
+    "baseline",
+    "improved",
+    "effect",
+    "expected",
+    "status",
+    "runtime",
+)
+
+
+def markdown(result: Report, figure: str | None) -> str:
+    e = result.env
     lines = [
         "# Course report",
         "",
-        f"{info['device_name']} (`{info['device_class']}`), torch {info['torch']}, "
-        f"data: {info['dataset']}, quick mode: {'on' if quick else 'off'}.",
+        f"- device: {e.get('device_name')} (`{e.get('device')}`), class `{e.get('device_class')}`",
+        f"- torch {e.get('torch')}, CUDA {e.get('cuda') or 'none'}, Python {e.get('python')}, "
+        f"{e.get('threads')} threads of {e.get('cpu_count')} CPUs",
+        f"- data: {e.get('dataset')}; quick mode: {'on' if result.quick else 'off'}",
+        f"- {result.date}, `{result.command}`; {result.summary()}",
+        "",
+        "Effect = baseline / improved of a quantity where less is better (median of interleaved "
+        "pairs, IQR in brackets): above 1 the technique helped on this machine.",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
+    for row in technique_rows(result):
+        lines.append("| " + " | ".join(str(row[c]).replace("|", "/") for c in COLUMNS) + " |")
+    if figure:
+        lines += ["", f"![effect per technique]({figure})"]
+    lines += [
+        "",
+        "## Checks",
         "",
         "| notebook | check | status | measured | expected | message |",
         "|---|---|---|---|---|---|",
     ]
-    for r in rows:
-        fmt = lambda v: "" if v is None else f"{v:.4g}"  # noqa: E731
-        lines.append(
-            f"| {r.notebook} | {r.check} | {r.status} | {fmt(r.value)} | {fmt(r.threshold)} | {r.message.replace('|', '/')} |"
-        )
-    lines += ["", "| notebook | run time |", "|---|---|"] + [
-        f"| {k} | {v:.0f} s |" for k, v in seconds.items()
+    for name, run in result.runs.items():
+        if run.outcome != "completed":
+            lines.append(f"| {name} | (notebook) | {run.outcome} | | | {run.detail} |")
+        for c in run.checks:
+            message = str(c.get("message", "")).replace("|", "/").replace("\n", " ")
+            lines.append(
+                f"| {name} | {c['check']} | {c['status']} | {_fmt(c.get('value'))} | "
+                f"{_fmt(c.get('threshold'))} | {message} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def summary_figure(result: Report, path: Path) -> bool:
+    """Bars of the effect per technique, whiskers at the IQR of the pair ratios."""
+    effects = [(n, e) for n, run in result.runs.items() for e in run.effects]
+    if not effects:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    labels = [f"{n[:2]} {e['technique']}\n({e['metric']})" for n, e in effects]
+    ratios = [e["ratio"] for _, e in effects]
+    low = [e["ratio"] - e["spread"][0] for _, e in effects]
+    high = [e["spread"][1] - e["ratio"] for _, e in effects]
+    fig, ax = plt.subplots(figsize=(8, 0.5 * len(effects) + 1.5))
+    colours = ["C2" if r >= 1 else "C3" for r in ratios]
+    ax.barh(labels, ratios, xerr=[low, high], color=colours, capsize=3)
+    ax.axvline(1.0, color="grey", linestyle="--")
+    ax.set_xscale("log")
+    ax.invert_yaxis()
+    ax.set(
+        xlabel="baseline / improved (above 1: helped here)",
+        title=f"Effect per technique on {result.env.get('device_class')}",
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def html(result: Report, out: Path, figure: str | None) -> str:
+    """The same content, self-contained: every image inlined."""
+    import html as h
+
+    def img(path: Path) -> str:
+        if not path.exists():  # a figure of an earlier run that was cleaned away
+            return f"<p><i>missing figure {h.escape(path.name)}</i></p>"
+        data = base64.b64encode(path.read_bytes()).decode()
+        return f'<img src="data:image/png;base64,{data}" style="max-width:100%">'
+
+    head = "".join(f"<th>{c}</th>" for c in COLUMNS)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{h.escape(str(r[c]))}</td>" for c in COLUMNS) + "</tr>"
+        for r in technique_rows(result)
+    )
+    parts = [
+        "<!doctype html><meta charset='utf-8'><title>Course report</title>",
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
+        "td,th{border:1px solid #ccc;padding:3px 6px}table{border-collapse:collapse}</style>",
+        f"<h1>Course report</h1><p>{h.escape(result.env.get('device_name', ''))} "
+        f"(<code>{h.escape(str(result.env.get('device_class')))}</code>), torch "
+        f"{h.escape(str(result.env.get('torch')))}, {h.escape(result.date)}, "
+        f"<code>{h.escape(result.command)}</code>. {h.escape(result.summary())}</p>",
+        f"<table><tr>{head}</tr>{body}</table>",
     ]
-    (out / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    passed = sum(r.status in ("passed", "not-applicable") for r in rows)
-    return f"{passed}/{len(rows)} checks passed or not applicable on {info['device_class']}; see {out / 'report.md'} and {out / 'plots'}/"
+    if figure:
+        parts.append(img(out / figure))
+    for name, run in result.runs.items():
+        if run.plots:
+            parts.append(f"<h2>{h.escape(name)}</h2>")
+            parts += [img(out / "plots" / p) for p in run.plots]
+    return "\n".join(parts)
+
+
+def write(result: Report, out: Path) -> None:
+    (out / "results.json").write_text(json.dumps(result.to_dict(), indent=1), encoding="utf-8")
+    figure = "summary.png" if summary_figure(result, out / "summary.png") else None
+    (out / "report.md").write_text(markdown(result, figure), encoding="utf-8")
+    (out / "report.html").write_text(html(result, out, figure), encoding="utf-8")
+
+
+def reference_name(env: dict) -> str:
+    name = re.sub(r"[^a-z0-9]+", "-", str(env.get("device_name", "unknown")).lower()).strip("-")
+    return f"{env.get('device_class')}-{name or 'unknown'}"
+
+
+def publish(result: Report, out: Path, folder: Path) -> Path:
+    """Copy the report to `folder/<class>-<device>.{md,json,png}`: the committed reference."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = reference_name(result.env)
+    figure = f"{stem}.png" if (out / "summary.png").exists() else None
+    if figure:
+        shutil.copy(out / "summary.png", folder / figure)
+    (folder / f"{stem}.md").write_text(markdown(result, figure), encoding="utf-8")
+    (folder / f"{stem}.json").write_text(json.dumps(result.to_dict(), indent=1), encoding="utf-8")
+    return folder / f"{stem}.md"

@@ -181,8 +181,26 @@ def test_report_passes_its_options_to_the_report_library(fake_library, capsys):
         "out": Path("rep"),
         "quick": True,
         "timeout": 120.0,
+        "only": None,
+        "reference": None,
     }
     assert "reported" in capsys.readouterr().out
+
+
+def test_report_only_and_reference_reach_the_library(fake_library):
+    assert main(["report", "--only", "04, 05", "--reference"]) == 0
+    assert fake_library["report"]["only"] == ["04", "05"]
+    assert fake_library["report"]["reference"] == Path("docs/results")
+
+
+def test_report_exits_1_when_a_check_did_not_pass(fake_library, monkeypatch):
+    import types as t
+
+    failing = t.SimpleNamespace(ok=False, summary=lambda: "1/2 checks passed")
+    monkeypatch.setitem(
+        sys.modules, "course_utils.report", t.SimpleNamespace(report=lambda **kw: failing)
+    )
+    assert main(["report"]) == 1
 
 
 def test_report_defaults(fake_library):
@@ -192,6 +210,8 @@ def test_report_defaults(fake_library):
         "out": Path("report"),
         "quick": False,
         "timeout": 900.0,
+        "only": None,
+        "reference": None,
     }
 
 

@@ -1,0 +1,105 @@
+"""A notebook's headline effects: what a technique bought on this machine, for `course report`.
+
+`cu.effect(...)` is called where a notebook measures its technique against the baseline. It
+shows one line to the learner and attaches the figure, with its raw samples and provenance,
+as structured output (EFFECT_MIME) that `course report` collects into one row per technique.
+Ratios are baseline / improved of a quantity where less is better (seconds, bytes, steps), so
+above 1 means the technique helped here.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+
+from .protocol import EFFECT_MIME
+
+
+@dataclass
+class Effect:
+    """One technique against its baseline, measured on this machine."""
+
+    technique: str
+    metric: str  # what was measured: "time per training step", "activation memory", ...
+    unit: str  # of baseline and improved: "s", "bytes", "steps"
+    baseline: float
+    improved: float
+    ratios: list[float]  # baseline / improved: one per interleaved pair, or one overall
+    expected: str = ""  # what this device class can show, in words
+    env: dict = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.ratios)
+
+    @property
+    def spread(self) -> tuple[float, float]:
+        """The interquartile range of the pair ratios (both ends equal for one ratio)."""
+        if len(self.ratios) < 2:
+            return self.ratio, self.ratio
+        q1, _, q3 = statistics.quantiles(self.ratios, n=4, method="inclusive")
+        return q1, q3
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "ratio": self.ratio, "spread": list(self.spread)}
+
+    def text(self) -> str:
+        q1, q3 = self.spread
+        spread = (
+            f" (IQR {q1:.2f}-{q3:.2f}, {len(self.ratios)} pairs)" if len(self.ratios) > 1 else ""
+        )
+        expected = f"; expected here: {self.expected}" if self.expected else ""
+        return (
+            f"Effect of {self.technique} on {self.metric}: {_fmt(self.baseline, self.unit)} -> "
+            f"{_fmt(self.improved, self.unit)}, {self.ratio:.2f}x{spread}{expected}"
+        )
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "s":
+        return f"{value * 1e3:.3g} ms"
+    if unit == "bytes":
+        return f"{value / 2**20:.3g} MiB"
+    return f"{value:.4g} {unit}".strip()
+
+
+def effect(
+    technique: str,
+    comparison=None,
+    *,
+    metric: str = "time per training step",
+    baseline: float | None = None,
+    improved: float | None = None,
+    unit: str = "s",
+    expected: str = "",
+    show: bool = True,
+) -> Effect:
+    """Record a headline effect: from a `cu.compare` Comparison (its interleaved pair ratios),
+    or from a `baseline` and an `improved` figure of the same unit."""
+    from .device import env_info
+
+    if comparison is not None:
+        baseline, improved = comparison.baseline.median, comparison.candidate.median
+        ratios = list(comparison.ratios)
+    elif baseline is not None and improved is not None and improved > 0:
+        ratios = [baseline / improved]
+    else:
+        raise ValueError("give a comparison, or baseline and improved (> 0)")
+    result = Effect(technique, metric, unit, float(baseline), float(improved), ratios, expected)
+    result.env = env_info()
+    if show:
+        _display(result)
+    return result
+
+
+def _display(result: Effect) -> None:
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+
+        if get_ipython() is not None:
+            display({EFFECT_MIME: result.to_dict(), "text/plain": result.text()}, raw=True)
+            return
+    except ImportError:
+        pass
+    print(result.text())
