@@ -197,11 +197,15 @@ def load_data(
     *,
     augment: bool = True,
     stored_size: int = 32,
+    raw: bool = False,
 ) -> Splits:
-    """Training and test sets from `dataset_source()`; `n_*` take a prefix (quick mode)."""
+    """Training and test sets from `dataset_source()`; `n_*` take a prefix (quick mode).
+    `raw`: items are (PIL image, label), for code that does its own decoding and transforms."""
     source = dataset_source()
     tr = train_transform(32, stored_size) if augment else test_transform(32, stored_size)
     te = test_transform(32, stored_size)
+    if raw:
+        tr = te = None
     if source == "cifar10":
         try:
             return _cifar10(tr, te, n_train, n_test)

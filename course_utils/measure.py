@@ -10,7 +10,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
@@ -192,19 +192,31 @@ def throughput(fn: Callable[[], object], batch_size: int, **kwargs) -> Throughpu
     return Throughput(time_fn(fn, **kwargs), batch_size)
 
 
+def _is_weight_copy(base: torch.Tensor) -> bool:
+    """True for the output of a cast (`ToCopyBackward0`) of a parameter: autocast's fp16/bf16
+    weight copy, which layers save for backward but which does not grow with the batch. The
+    autograd graph records it exactly (the cast's input is a parameter's AccumulateGrad), the
+    same set autocast caches, on any device and torch version; `weight.half()` counts too."""
+    node = base.grad_fn
+    if node is None or type(node).__name__ != "ToCopyBackward0":
+        return False
+    return any(type(n).__name__ == "AccumulateGrad" for n, _ in node.next_functions if n)
+
+
 def activation_bytes(fn: Callable[[], object], exclude: list[torch.Tensor] | tuple = ()) -> int:
     """Bytes that autograd saves for backward while `fn()` runs.
 
     Counted once per storage (views share one). Parameters, and views of them such as the
     transposed weight a Linear layer saves, are left out: they exist whether or not we
-    train. Works on any device.
+    train. So are autocast's low-precision weight copies (`_is_weight_copy`): under autocast
+    the count is the activations in their autocast dtype. Works on any device.
     """
     skip = {t.untyped_storage().data_ptr() for t in exclude}
     seen: dict[int, int] = {}
 
     def is_parameter(t: torch.Tensor) -> bool:
         base = t if t._base is None else t._base
-        return base.is_leaf and base.requires_grad
+        return (base.is_leaf and base.requires_grad) or _is_weight_copy(base)
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         if not is_parameter(t):
@@ -333,3 +345,55 @@ def steady_cpu(threads: int = 1) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def knee(values: Mapping[int, float], within: float = 0.1, *, higher_is_better: bool = True) -> int:
+    """The smallest setting whose measured value is within `within` of the best one.
+
+    Past it, more of the setting buys at most `within`: the smallest batch reaching
+    (1 - within) of the best samples/s (higher is better), or the fewest DataLoader workers
+    whose epoch is within (1 + within) of the fastest (lower is better).
+    """
+    if higher_is_better:
+        best = max(values.values())
+        return min(k for k, v in values.items() if v >= (1 - within) * best)
+    best = min(values.values())
+    return min(k for k, v in values.items() if v <= (1 + within) * best)
+
+
+def tensor_peak_bytes(fn: Callable[[], object]) -> int:
+    """Peak bytes of tensor storages that `fn()` allocates and holds at once, on any device.
+
+    The CPU's stand-in for CUDA's `max_memory_allocated`: it sees the backward pass too, so
+    it counts what checkpointing recomputes there, which saved-tensor hooks cannot. Every
+    operator's new output storage is counted until it is freed (tracked by weak reference
+    and swept before each operator); views and in-place results add nothing. Storages that
+    existed before (inputs, parameters) and operators' internal scratch space are left out.
+    """
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    live: dict[int, tuple[StorageWeakRef, int]] = {}  # data_ptr -> (weak ref, bytes)
+    usage = {"now": 0, "peak": 0}
+
+    def storages(tree) -> list[torch.UntypedStorage]:
+        return [t.untyped_storage() for t in tree_leaves(tree) if isinstance(t, torch.Tensor)]
+
+    class Tracker(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for key in [k for k, (ref, _) in live.items() if ref.expired()]:
+                usage["now"] -= live.pop(key)[1]
+            inputs = {s.data_ptr() for s in storages((args, kwargs))}
+            for storage in storages(out):
+                key = storage.data_ptr()
+                if key not in inputs and key not in live and storage.nbytes() > 0:
+                    live[key] = (StorageWeakRef(storage), storage.nbytes())
+                    usage["now"] += storage.nbytes()
+            usage["peak"] = max(usage["peak"], usage["now"])
+            return out
+
+    with Tracker():
+        fn()
+    return usage["peak"]

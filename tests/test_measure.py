@@ -333,3 +333,20 @@ def test_checkpointing_shrinks_activation_bytes():
 def test_cuda_peak_memory_refuses_a_cpu_device():
     with pytest.raises(ValueError, match="CUDA"):
         measure.cuda_peak_memory(lambda: None, device="cpu")
+
+
+def test_activation_bytes_under_autocast_counts_activations_not_weight_copies():
+    """Autocast's bf16 copies of the weights are saved for backward but are not activations:
+    the count equals that of the same model stored in bf16, half the fp32 count."""
+    batch, dim, hidden, depth = 8, 16, 32, 3
+    model = MLP(dim=dim, hidden=hidden, depth=depth, out=10)
+    x = torch.randn(batch, dim)
+
+    def autocast_forward():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return model(x)
+
+    bf16_model = MLP(dim=dim, hidden=hidden, depth=depth, out=10).to(torch.bfloat16)
+    under_autocast = activation_bytes(autocast_forward)
+    assert under_autocast == activation_bytes(lambda: bf16_model(x.bfloat16()))
+    assert under_autocast == mlp_saved_bytes(batch, dim, hidden, depth) // 2

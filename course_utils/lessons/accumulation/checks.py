@@ -1,0 +1,314 @@
+"""Lesson 07's checks: an accumulated epoch equal to full-batch steps, a checkpointed forward
+that really keeps less, and a micro-batch plan that fits a memory budget at the best speed."""
+
+from __future__ import annotations
+
+import torch
+
+from ...checks import Threshold, at_most, check, correct, not_applicable, retry_measure
+from ...device import device_class, get_device
+from ...measure import compare, steady_cpu, tensor_peak_bytes
+from ...protocol import FAILED
+from . import demo
+from .reference import reference_plan
+
+THRESHOLDS = {
+    "grad_rel_error": Threshold(
+        1e-9,
+        "float64 accumulated vs full-batch gradient: the reference reaches ~1e-16 (cpu-bf16, "
+        "torch 2.14, n=3 scenarios); the mildest mistake (fixed k on a 1-of-3 partial group) "
+        "is off by 0.67",
+    ),
+    "ckpt_grad_rel_error": Threshold(
+        1e-4,
+        "fp32 gradients, checkpointed vs plain 8-block MLP: ~1e-7 when correct (reordered "
+        "float sums); preserve_rng_state=False with dropout 0.1 is off by ~0.3 (cpu-bf16)",
+    ),
+    "peak_ratio": Threshold(
+        0.35,
+        "peak live tensor bytes of the step, checkpointed / plain, 16 blocks of width 32, batch "
+        "512 (deterministic: tensor_peak_bytes): per-block 0.15, sqrt(16)=4 segments 0.29, 3 "
+        "segments 0.40, 2 segments 0.53, one checkpoint around everything 1.0 (cpu-bf16); "
+        "the goal is a third",
+    ),
+    "time_ratio_cpu": Threshold(
+        3.0,
+        "step time checkpointed / plain on a CPU, interleaved median of 8 pairs, one thread, "
+        "load average 5-11 on 2 cores (cpu-bf16), 16 blocks of width 32, batch 512: per-block "
+        "1.7-2.3x, 4 segments 1.4-1.9x (GELU, LayerNorm, dropout and per-checkpoint Python "
+        "overhead are dear to redo on a CPU). A guard against pathological recomputation only",
+    ),
+    "time_ratio_gpu": Threshold(
+        1.6,
+        "step time checkpointed / plain on a GPU: one extra forward is ~1.33x (Chen et al. "
+        "2016), Hugging Face quotes ~20%; not measured in this course's CI (no GPU)",
+    ),
+    "plan_speed": Threshold(
+        0.9,
+        "samples/s of the chosen plan / the best fitting plan, from the same cached probe: "
+        "the reference scores 1.0 exactly; on cpu-bf16 (loaded 2 cores) always-checkpoint "
+        "scored 0.6-0.7 on the roomy budget, micro-batch 1 below 0.01",
+    ),
+}
+
+# --- exercise 1: accumulation ---------------------------------------------------------------
+
+SCENARIOS = [(7, 4, 3), (6, 5, 2)]  # (micro-batches, samples each, accumulation steps)
+
+
+def _count_mistake(got: demo.Trajectory, want: demo.Trajectory, problem) -> str:
+    """Name the mistake behind a wrong number of optimizer steps ('' if it is right)."""
+    n_micro, k, steps = len(problem.micro_batches), problem.k, len(want.grads)
+    if len(got.grads) == steps:
+        return ""
+    if len(got.grads) == n_micro:
+        why = "it steps on every micro-batch; step once per group of accum_steps"
+    elif len(got.grads) == steps - 1 and len(problem.groups[-1]) < k:
+        why = "the last, partial group was dropped: step it too"
+    else:
+        why = "expected one optimizer.step() per group of accum_steps micro-batches"
+    return (
+        f"optimizer.step() ran {len(got.grads)} times for {n_micro} micro-batches and "
+        f"accum_steps={k}; expected {steps}: {why}"
+    )
+
+
+def _gradient_mistake(i: int, got: demo.Trajectory, want: demo.Trajectory, problem) -> str:
+    """Name the mistake behind a wrong gradient at optimizer step i."""
+    g, e, k, size = got.grads[i], want.grads[i], problem.k, len(problem.groups[i])
+    where = (
+        f"at optimizer step {i + 1} the gradient is off by {demo.rel_error(g, e):.2g} (relative)"
+    )
+    scale = float(g @ e / (e @ e))
+    if demo.rel_error(g, scale * e) <= 1e-6:  # the right direction, the wrong size
+        if abs(scale - size) < 1e-6 * size:
+            fix = "divide each micro-batch's loss by the number of micro-batches in its group"
+        elif size < k and abs(scale - size / k) < 1e-6:
+            fix = f"this last group has {size} micro-batch(es) but the loss was divided by {k}"
+        else:
+            fix = "the loss is scaled wrongly"
+        return f"{where}: it is {scale:.3g}x the full-batch gradient; {fix}"
+    if any(demo.rel_error(g, want.last_micro[i] / d) <= 1e-6 for d in (k, size, 1)):
+        return (
+            f"{where}: it equals the last micro-batch's gradient alone; zero_grad() runs "
+            "inside the micro-batch loop and wipes the earlier ones"
+        )
+    if i > 0 and demo.rel_error(g - got.grads[i - 1], e) <= 1e-6:
+        return (
+            f"{where}: it still holds the previous step's gradient; zero the gradients after "
+            "each optimizer.step()"
+        )
+    return f"{where}; expected the gradient of one step on the whole group"
+
+
+def _diagnose(got: demo.Trajectory, want: demo.Trajectory, problem) -> str:
+    """'' when every step matches the full-batch one, else the first mistake, named."""
+    if why := _count_mistake(got, want, problem):
+        return why
+    tol = THRESHOLDS["grad_rel_error"].value
+    for i, (g, e) in enumerate(zip(got.grads, want.grads, strict=True)):
+        if demo.rel_error(g, e) > tol:
+            return _gradient_mistake(i, got, want, problem)
+    return ""
+
+
+@check(
+    "07-accumulation",
+    points=3,
+    hint="Divide each micro-batch's loss by the number of micro-batches in its group (the last "
+    "group may be shorter), call backward() on each, then optimizer.step() and zero_grad() "
+    "once per group, and do not forget the last, partial group.",
+)
+def check_accumulation(accumulate_epoch):
+    parts = []
+    for n_micro, micro, k in SCENARIOS:
+        problem = demo.make_accum_problem(n_micro, micro, k)
+        got = demo.learner_trajectory(accumulate_epoch, problem)
+        want = demo.full_batch_trajectory(problem)
+        why = _diagnose(got, want, problem)
+        worst = max(
+            (demo.rel_error(g, e) for g, e in zip(got.grads, want.grads, strict=False)), default=1.0
+        )
+        ok = not why
+        msg = (
+            f"{len(want.grads)} optimizer steps, each gradient equal to a full-batch step within "
+            f"{worst:.1g} (float64, tolerance {THRESHOLDS['grad_rel_error'].value:g})"
+            if ok
+            else why
+        )
+        parts.append(
+            correct(
+                f"{n_micro} micro-batches of {micro}, accum_steps={k}",
+                ok,
+                msg,
+                value=worst,
+                threshold=THRESHOLDS["grad_rel_error"].value,
+            )
+        )
+    return parts
+
+
+# --- exercise 2: a checkpointed forward ------------------------------------------------------
+
+
+def _grads(forward, blocks, x, train: bool) -> dict[str, torch.Tensor | None]:
+    """Parameter gradients of one step (None where autograd gave none), same dropout seed."""
+    blocks.train(train)
+    blocks.zero_grad(set_to_none=True)
+    torch.manual_seed(7)
+    out = forward(blocks, x)
+    if out.requires_grad:  # a whole-model reentrant checkpoint returns a graph-less output
+        out.square().mean().backward()
+    return {n: None if p.grad is None else p.grad.clone() for n, p in blocks.named_parameters()}
+
+
+def _grad_mismatch(got: dict, want: dict) -> tuple[str, float]:
+    """('' or what is wrong, worst relative error) between two steps' parameter grads."""
+    missing = sorted({int(n.split(".")[0]) for n, g in got.items() if g is None})
+    blocks = 1 + max(int(n.split(".")[0]) for n in got)
+    if missing:
+        which = f"all {blocks} blocks" if len(missing) == blocks else f"block(s) {missing}"
+        why = (
+            f"{which} got no gradient: with use_reentrant=True (the default when it is omitted) "
+            "and an input that does not require grad, a checkpointed segment is cut off from "
+            "autograd; pass use_reentrant=False (or the forward ran under no_grad)"
+        )
+        return why, 1.0
+    worst = max(demo.rel_error(got[n], w) for n, w in want.items())
+    return ("" if worst <= THRESHOLDS["ckpt_grad_rel_error"].value else "gradients differ"), worst
+
+
+@check(
+    "07-checkpointed-forward",
+    points=3,
+    hint="torch.utils.checkpoint.checkpoint_sequential(blocks, segments, x, use_reentrant=False) "
+    "with about sqrt(len(blocks)) segments, or checkpoint(block, h, use_reentrant=False) per "
+    "block; keep preserve_rng_state at its default (True).",
+)
+def check_checkpointed_forward(checkpointed_forward):
+    blocks = demo.make_blocks(depth=16, width=32, dropout=0.1)
+    x = torch.randn(512, 32, device=get_device())
+    with torch.no_grad():
+        blocks.eval()
+        same = torch.allclose(checkpointed_forward(blocks, x), blocks(x), rtol=1e-5, atol=1e-6)
+    parts = [
+        correct(
+            "forward", same, "output equals blocks(x)" if same else "output differs from blocks(x)"
+        )
+    ]
+    plain_train, plain_eval = (_grads(demo.plain_forward, blocks, x, t) for t in (True, False))
+    why, err = _grad_mismatch(_grads(checkpointed_forward, blocks, x, True), plain_train)
+    if why == "gradients differ":
+        eval_why, _ = _grad_mismatch(_grads(checkpointed_forward, blocks, x, False), plain_eval)
+        why = (
+            "gradients match without dropout but not with it: the recomputation drew new "
+            "dropout masks; keep preserve_rng_state=True"
+            if not eval_why
+            else "gradients differ from the plain model's even without dropout"
+        )
+    ok = not why
+    parts.append(
+        correct(
+            "gradients (dropout on)",
+            ok,
+            f"equal to the plain model's within {err:.1g}"
+            if ok
+            else f"{why} (worst relative error {err:.2g})",
+            value=err,
+            threshold=THRESHOLDS["ckpt_grad_rel_error"].value,
+        )
+    )
+    if not ok:
+        return parts + [not_applicable("memory and time", "not measured: the gradients are wrong")]
+    blocks.train()
+    plain = demo.train_step(demo.plain_forward, blocks, x)
+    mine = demo.train_step(checkpointed_forward, blocks, x)
+    ratio = tensor_peak_bytes(mine) / tensor_peak_bytes(plain)
+    memory = at_most(
+        "peak memory",
+        ratio,
+        THRESHOLDS["peak_ratio"].value,
+        "peak bytes of live tensors over forward + backward, yours / no checkpointing",
+        unit="x",
+    )
+    if memory.status == FAILED:
+        memory.message += (
+            "; no checkpoint, or one around everything (rebuilt all at once in backward), keeps "
+            "the peak: checkpoint about sqrt(n) segments, or every block"
+        )
+    parts.append(memory)
+    on_gpu = device_class().startswith("cuda")
+    limit = THRESHOLDS["time_ratio_gpu" if on_gpu else "time_ratio_cpu"].value
+    with steady_cpu():
+        slow = retry_measure(
+            lambda: 1 / compare(plain, mine, warmup=1, repeats=8).speedup, ok=lambda r: r <= limit
+        )
+    parts.append(at_most("step time", slow, limit, "step time, yours / no checkpointing", unit="x"))
+    return parts
+
+
+# --- exercise 3: micro-batch x accumulation x checkpointing for a memory budget -------------
+
+EFFECTIVE_BATCH = 256
+
+
+def budgets(probe) -> dict[str, int]:
+    """A roomy budget (the whole batch fits without checkpointing) and a tight one (only a
+    quarter of it does), set from the probe's own measurements on this device."""
+    quarter, half = (probe(EFFECTIVE_BATCH // d).peak_bytes for d in (4, 2))
+    return {
+        "roomy": int(1.2 * probe(EFFECTIVE_BATCH).peak_bytes),
+        "tight": (quarter + half) // 2,
+    }
+
+
+def _judge(name: str, choice, budget: int, probe) -> object:
+    label = f"{name} budget ({budget / 2**20:.2f} MiB)"
+    if not (isinstance(choice, tuple | list) and len(choice) == 3):
+        return correct(
+            label, False, f"expected (micro_batch, accum_steps, checkpoint), got {choice!r}"
+        )
+    micro, accum, ckpt = choice
+    if not (isinstance(micro, int) and isinstance(accum, int)) or micro * accum != EFFECTIVE_BATCH:
+        return correct(
+            label,
+            False,
+            f"micro_batch x accum_steps = {micro!r} x {accum!r}; it must equal the effective batch "
+            f"{EFFECTIVE_BATCH}, or you change the optimisation, not just the memory",
+        )
+    got = probe(micro, bool(ckpt))
+    if got.peak_bytes > budget:
+        return correct(
+            label,
+            False,
+            f"micro-batch {micro}{' checkpointed' if ckpt else ''} peaks at "
+            f"{got.peak_bytes / 2**20:.2f} MiB, over the budget: it would run out of memory",
+        )
+    best_micro, _, best_ckpt = reference_plan(EFFECTIVE_BATCH, budget, probe)
+    best = probe(best_micro, best_ckpt)
+    speed = got.samples_per_s / best.samples_per_s
+    limit = THRESHOLDS["plan_speed"].value
+    return correct(
+        label,
+        speed >= limit,
+        f"({micro} x {accum}, checkpoint={bool(ckpt)}) fits and runs {got.samples_per_s:,.0f} "
+        f"samples/s, {speed:.2f} of the best fitting plan (micro-batch {best.micro_batch}, "
+        f"checkpoint={best.checkpoint}: {best.samples_per_s:,.0f} samples/s); needed >= {limit}",
+        value=speed,
+        threshold=limit,
+    )
+
+
+@check(
+    "07-plan",
+    points=2,
+    hint="Try every micro-batch that divides the effective batch, with and without "
+    "checkpointing; keep those whose probe(...).peak_bytes fits the budget; return the one with "
+    "the highest samples_per_s as (micro_batch, effective_batch // micro_batch, checkpoint).",
+)
+def check_plan(plan, probe=None):
+    probe = probe or demo.Probe()
+    return [
+        _judge(name, plan(EFFECTIVE_BATCH, budget, probe), budget, probe)
+        for name, budget in budgets(probe).items()
+    ]

@@ -1,0 +1,74 @@
+"""Lesson 02, batch size: throughput against batch size, the largest batch that fits, linear LR
+scaling with warm-up, and the gradient noise scale. The notebook uses it as `lesson`."""
+
+from ...device import is_out_of_memory, release_cached_memory
+from ...measure import knee, steady_cpu
+from .checks import (
+    THRESHOLDS,
+    check_largest_batch,
+    check_lr_schedule,
+    check_noise_scale,
+    check_throughput_sweep,
+)
+from .demo import (
+    MiB,
+    SimulatedMemory,
+    TrainStep,
+    budgeted,
+    known_cost_steps,
+    largest_batch_cuda,
+    lr_per_step,
+    make_step,
+    simulated_steps,
+)
+from .reference import (
+    reference_largest_batch,
+    reference_lr_schedule,
+    reference_noise_scale,
+    reference_sweep,
+)
+from .regression import (
+    DEMO,
+    NoisyRegression,
+    fit_critical_batch,
+    noise_scale_start_and_end,
+    plot_critical_batch,
+    plot_time_to_target,
+    steps_to_target,
+    steps_with_schedule,
+    time_to_target,
+)
+
+__all__ = [
+    "DEMO",
+    "THRESHOLDS",
+    "MiB",
+    "NoisyRegression",
+    "SimulatedMemory",
+    "TrainStep",
+    "budgeted",
+    "check_largest_batch",
+    "check_lr_schedule",
+    "check_noise_scale",
+    "check_throughput_sweep",
+    "fit_critical_batch",
+    "is_out_of_memory",
+    "knee",
+    "known_cost_steps",
+    "largest_batch_cuda",
+    "lr_per_step",
+    "make_step",
+    "noise_scale_start_and_end",
+    "plot_critical_batch",
+    "plot_time_to_target",
+    "reference_largest_batch",
+    "reference_lr_schedule",
+    "reference_noise_scale",
+    "reference_sweep",
+    "release_cached_memory",
+    "simulated_steps",
+    "steady_cpu",
+    "steps_to_target",
+    "steps_with_schedule",
+    "time_to_target",
+]

@@ -1,0 +1,66 @@
+"""Lesson 03, feeding the model: profiling an epoch, fixing a slow DataLoader, choosing
+num_workers by measuring, and copying uint8 batches to normalise on the device. The notebook
+uses it as `lesson`."""
+
+from ...data import close_loader
+from ...measure import knee
+from .checks import THRESHOLDS, check_fast_loader, check_profile, check_transfer
+from .demo import (
+    BATCH,
+    DATA_BOUND,
+    SCENARIOS,
+    STORED_SIZE,
+    EpochProfile,
+    SimulatedTrainer,
+    SleepyData,
+    Traced,
+    cpu_pipeline,
+    decode_heavy,
+    n_images,
+    plain_loader,
+    plot_sweep,
+    run_epoch,
+    sweep_workers,
+    train_step,
+    transfer_timings,
+    uint8_transform,
+    usable_cpus,
+    worker_knee,
+)
+from .probes import TransferSpy, parallel_speedup, spawn_problems
+from .reference import reference_fast_loader, reference_profile, reference_to_device
+
+__all__ = [
+    "BATCH",
+    "DATA_BOUND",
+    "SCENARIOS",
+    "STORED_SIZE",
+    "THRESHOLDS",
+    "EpochProfile",
+    "SimulatedTrainer",
+    "SleepyData",
+    "Traced",
+    "TransferSpy",
+    "check_fast_loader",
+    "check_profile",
+    "check_transfer",
+    "close_loader",
+    "cpu_pipeline",
+    "decode_heavy",
+    "knee",
+    "n_images",
+    "parallel_speedup",
+    "plain_loader",
+    "plot_sweep",
+    "reference_fast_loader",
+    "reference_profile",
+    "reference_to_device",
+    "run_epoch",
+    "spawn_problems",
+    "sweep_workers",
+    "train_step",
+    "transfer_timings",
+    "uint8_transform",
+    "usable_cpus",
+    "worker_knee",
+]

@@ -1,0 +1,321 @@
+"""Lesson 03's checks. They observe what happened: seconds the device and the dataset really
+spent, which processes loaded which items in which order, bytes that crossed to the device,
+and values that arrived; the loader's speed where this machine can show one."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+from torch.utils.data import DataLoader
+
+from ...checks import (
+    Threshold,
+    at_least,
+    at_most,
+    check,
+    correct,
+    not_applicable,
+    retry_measure,
+)
+from ...data import CIFAR_MEAN, CIFAR_STD, close_loader
+from ...device import get_device
+from ...measure import compare
+from ...mode import pick
+from .demo import (
+    BATCH,
+    SCENARIOS,
+    EpochProfile,
+    SimulatedTrainer,
+    SleepyData,
+    Traced,
+    cpu_pipeline,
+    decode_heavy,
+    plain_loader,
+    run_epoch,
+)
+from .observe import observe_loader
+from .probes import TransferSpy, parallel_speedup
+from .reference import reference_to_device
+
+THRESHOLDS = {
+    "profile_error": Threshold(
+        0.25,
+        "the share of the dataset's measured loading time, or of the device's measured busy "
+        "time, that a profile may miss (plus 10 ms); the epoch's wall time bounds each from "
+        "above. The reference's data_s is within 5.3% (data-bound) and 21.5% (compute-bound, "
+        "24 ms of loading) of the loading time over 10 runs at load average 12 on 2 cores "
+        "(cpu-bf16); its compute_s exceeded the device time by up to 0.15 s there (thread "
+        "wake-ups), hence no upper bound from the device time. No synchronisation bills ~0 s "
+        "to the steps, CPU time ~0 s to both",
+    ),
+    "min_parallel": Threshold(
+        1.5, "two threads of sha256 run < 1.5x as fast as one: no loader can show a speedup"
+    ),
+    "speedup": Threshold(
+        1.5,
+        "2 workers over num_workers=0 on decode-heavy data: 1.55-1.72x on an idle 2-core CPU "
+        "(measured for the previous version of this check, n=8); scaled down to 1 + half the "
+        "measured parallel gain when two threads run 1.5-2x as fast as one",
+    ),
+}
+
+# --- exercise 1: is the step data-bound? ------------------------------------------------------
+
+
+def _as_profile(result) -> EpochProfile:
+    if isinstance(result, EpochProfile):
+        return result
+    if isinstance(result, dict) and {"data_s", "compute_s"} <= set(result):
+        return EpochProfile(float(result["data_s"]), float(result["compute_s"]))
+    if isinstance(result, tuple | list) and len(result) == 2:
+        return EpochProfile(float(result[0]), float(result[1]))
+    raise TypeError(f"profile_epoch must return an EpochProfile, got {type(result).__name__}")
+
+
+@check(
+    "03-profile",
+    points=2,
+    hint="Wall time (time.perf_counter): read it when a batch arrives and after the step, and "
+    "call synchronize() before that second reading, since the step only queues work. Waiting "
+    "runs from the end of one step to the next batch, and after the last one.",
+)
+def check_profile(profile_epoch: Callable) -> list:
+    missed = THRESHOLDS["profile_error"].value
+    parts = []
+    for name, (item_s, step_s, bound) in SCENARIOS.items():
+        data = SleepyData(96, item_s)  # 12 batches of 8
+        device = SimulatedTrainer(step_s)
+        try:
+            device.synchronize()
+            t0 = time.perf_counter()
+            got = _as_profile(
+                profile_epoch(DataLoader(data, batch_size=8), device.step, device.synchronize)
+            )
+            device.synchronize()
+            wall = time.perf_counter() - t0
+        finally:
+            device.close()
+        ok = _consistent(got, data.loading_s, device.busy_s, wall, missed)
+        msg = (
+            f"yours: {got.data_s:.3f} s waiting, {got.compute_s:.3f} s computing; measured: the "
+            f"dataset loaded for {data.loading_s:.3f} s, the device worked {device.busy_s:.3f} s, "
+            f"the epoch took {wall:.3f} s ({'data' if bound else 'compute'}-bound)"
+        )
+        why = "" if ok else _why_profile(got, data.loading_s, device.busy_s)
+        parts.append(correct(f"{name} step", ok, msg + why))
+    return parts
+
+
+def _consistent(got: EpochProfile, loading: float, busy: float, wall: float, missed: float) -> bool:
+    """Waiting covers at least the loading, computing at least the device's work (each may
+    miss `missed` of it, plus 10 ms), and neither takes time the other certainly used. On a
+    loaded machine a correct profiler bills thread wake-ups to the step: the upper bounds,
+    from the epoch's wall time, leave room for that."""
+    slack = 0.01
+    low_data, low_compute = (1 - missed) * loading - slack, (1 - missed) * busy - slack
+    return (
+        low_data <= got.data_s <= wall - low_compute
+        and low_compute <= got.compute_s <= wall - low_data
+        and got.total_s <= wall * 1.1 + slack
+    )
+
+
+def _why_profile(got: EpochProfile, loading: float, busy: float) -> str:
+    """Name the likely mistake: each leaves its own signature in the two numbers."""
+    near = lambda a, b: abs(a - b) <= 0.25 * b + 0.01  # noqa: E731
+    if near(got.data_s, busy) and near(got.compute_s, loading):
+        return " (the two are swapped)"
+    if got.data_s < 0.5 * loading and got.compute_s < 0.5 * busy:
+        return " (both far too small: sleeping and waiting use no CPU time; use time.perf_counter)"
+    if got.compute_s < 0.5 * busy:
+        return (
+            " (the step's device work was not billed to the step: synchronize() before "
+            "reading the clock after it)"
+        )
+    if near(got.compute_s, busy):
+        return (
+            " (the computing is right; waiting is from the end of a step to the next batch, "
+            "and after the last)"
+        )
+    return ""
+
+
+# --- exercise 2: fix the loader --------------------------------------------------------------------
+
+
+@check(
+    "03-fast-loader",
+    points=2,
+    hint="Keep shuffle=True and the default (importable) collate; let the loader pin with "
+    "pin_memory=(device.type == 'cuda'); persistent_workers=True; num_workers from your sweep, "
+    "at least 1 and no more than the CPUs you may use.",
+)
+def check_fast_loader(make_loader: Callable) -> list:
+    device = get_device()
+    dataset = Traced(decode_heavy())
+    loader = make_loader(dataset, BATCH, device)
+    try:
+        parts = observe_loader(loader, dataset, make_loader)
+    finally:
+        close_loader(loader)
+    if any(p.status == "failed" for p in parts):
+        return parts  # wrong already: nothing worth timing
+    return [*parts, _speed_part(make_loader, device)]
+
+
+def _speed_part(make_loader: Callable, device: torch.device):
+    least, expected = THRESHOLDS["min_parallel"].value, THRESHOLDS["speedup"].value
+    parallel = parallel_speedup()
+    if parallel < least:
+        time.sleep(1.0)  # a burst of other work may pass: look once more
+        parallel = max(parallel, parallel_speedup())
+    if parallel < least:
+        return not_applicable(
+            "speed",
+            f"two threads of CPU work ran {parallel:.2f}x as fast as one here (under {least}x: the "
+            "CPU is busy with other programs or has one core), so no loader could show a "
+            "multi-process speedup; not timed",
+        )
+    dataset = decode_heavy()
+    loader, baseline, runs = make_loader(dataset, BATCH, device), plain_loader(dataset, BATCH), []
+
+    def needed(parallel: float) -> float:
+        return min(expected, 1 + 0.5 * (parallel - 1))  # two workers reach ~70% of the gain
+
+    def measure() -> float:
+        if runs:
+            time.sleep(1.0)  # let a burst of other work on a shared machine pass first
+        before = parallel_speedup()
+        res = compare(
+            lambda: run_epoch(baseline),
+            lambda: run_epoch(loader),
+            warmup=1,
+            repeats=pick(quick=5, full=7),
+        )
+        runs.append((res, min(before, parallel_speedup())))  # the busier moment counts
+        return res.speedup
+
+    try:
+        retry_measure(
+            measure, ok=lambda s: runs[-1][1] < least or s >= needed(runs[-1][1]), attempts=4
+        )
+    finally:
+        close_loader(loader)
+    res, parallel = runs[-1]
+    what = (
+        f"epoch speedup over num_workers=0 ({res.baseline.median:.2f} s -> "
+        f"{res.candidate.median:.2f} s, {len(res.ratios)} interleaved pairs; two threads of CPU "
+        f"work ran {parallel:.2f}x as fast as one)"
+    )
+    reason = f"two threads ran under {least}x as fast as one: the CPU is busy or has one core"
+    return at_least(
+        "speed", res.speedup, needed(parallel), what, applies=parallel >= least, reason=reason
+    )
+
+
+# --- exercise 3: the batch on the device ------------------------------------------------------------
+
+
+def _batch(n: int = BATCH, size: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    images = torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8, generator=g)
+    return images, torch.randint(0, 10, (n,), generator=g)
+
+
+@check(
+    "03-transfer",
+    points=2,
+    hint="Copy the uint8 images and the labels with .to(device, non_blocking=True), then convert "
+    "to float, divide by 255 and normalise with mean and std made on images.device, shaped "
+    "(1, C, 1, 1). Never call .pin_memory() yourself; use the device you are given.",
+)
+def check_transfer(to_device: Callable) -> list:
+    device = get_device()
+    uint8, want = cpu_pipeline()
+    spy = TransferSpy(simulate=device.type != "cuda")  # no pinned memory without a GPU: pretend
+    with spy:
+        out = to_device((uint8, torch.arange(len(uint8))), device, CIFAR_MEAN, CIFAR_STD)
+    images = out[0] if isinstance(out, tuple | list) and len(out) == 2 else None
+    ok = (
+        isinstance(images, torch.Tensor)
+        and images.dtype == torch.float32
+        and images.shape == want.shape
+    )
+    err = (images.cpu() - want).abs().max().item() if ok else float("inf")
+    parts = [
+        at_most(
+            "values",
+            err,
+            1e-4,
+            f"largest difference from ToTensor + Normalize on {device} "
+            f"(got {getattr(images, 'dtype', type(out).__name__)} {tuple(getattr(images, 'shape', ()))})"
+            + (": about 255x too large, divide by 255 first" if 50 < err < 2000 else ""),
+        )
+    ]
+    x, y = _batch(16, 7)
+    mean, std = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
+    with spy:
+        got = to_device((x, y), device, mean, std)[0]
+    diff = (got.cpu().float() - reference_to_device((x, y), "cpu", mean, std)[0]).abs().max().item()
+    why = ": use the mean and std you are given" if diff > 1e-4 and err <= 1e-4 else ""
+    parts.append(
+        at_most(
+            "any size, mean and std",
+            diff,
+            1e-4,
+            f"7x7 images, another mean and std: largest difference{why}",
+        )
+    )
+    return [*parts, *_copies(to_device, spy.pinned_pageable)]
+
+
+def _copies(to_device: Callable, pins_before: int = 0) -> list:
+    """On the meta device (a stand-in for a GPU on any machine): where the results land, the
+    bytes that cross, per-batch pinning, and non_blocking from (simulated) pinned memory."""
+    meta, spy = torch.device("meta"), TransferSpy(simulate=True)
+    pageable = _batch()
+    pinned = tuple(t.clone() for t in pageable)
+    spy.pinned_ids.update(id(t) for t in pinned)
+    with spy:
+        outs = [to_device(b, meta, CIFAR_MEAN, CIFAR_STD) for b in (pageable, pinned)]
+    pins = spy.pinned_pageable + pins_before
+    placed = all(t.device.type == "meta" for o in outs for t in o)
+    uint8_bytes = 2 * sum(t.nbytes for t in pageable)
+    from_pinned = [nb for was_pinned, nb in spy.copies if was_pinned]
+    return [
+        correct(
+            "on the device given",
+            placed,
+            "asked for another device, the batch went there"
+            if placed
+            else "asked for another device, your batch did not go there: use the `device` argument",
+        ),
+        at_most(
+            "bytes copied",
+            spy.crossed_bytes / 2**10,
+            uint8_bytes / 2**10,
+            "KiB that crossed to the device for two batches (uint8 images + labels)"
+            + (
+                ": convert to float after the copy, a quarter of the bytes"
+                if spy.crossed_bytes > uint8_bytes
+                else ""
+            ),
+            unit=" KiB",
+        ),
+        correct(
+            "no pinning per batch",
+            pins == 0,
+            f"{pins} .pin_memory() call(s): pinning is itself a copy, often slower than a plain "
+            ".to() (PyTorch's pin_memory tutorial); DataLoader(pin_memory=True) pins in a background thread"
+            if pins
+            else "no .pin_memory() calls",
+        ),
+        correct(
+            "non_blocking from pinned memory",
+            bool(from_pinned) and all(from_pinned),
+            f"{sum(from_pinned)} of {len(from_pinned)} copies from pinned memory used non_blocking=True "
+            "(the CPU queues the next work while the data travels)",
+        ),
+    ]

@@ -1,0 +1,122 @@
+"""What lesson 03's checks observe beside time: whether a loader's parts survive pickling as
+spawn and forkserver do, how much parallel CPU work this machine can run right now, and how
+tensors are pinned and copied (the bytes that cross to the device)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import pickle
+import threading
+import time
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils.data import DataLoader
+
+
+class _SpawnPickler(pickle.Pickler):
+    """Pickles as spawn/forkserver do, and refuses what a fresh worker process cannot import."""
+
+    def reducer_override(self, obj):
+        try:
+            module = getattr(obj, "__module__", None)
+        except Exception:
+            return NotImplemented
+        if module == "__main__":
+            name = getattr(obj, "__qualname__", None) or type(obj).__qualname__
+            raise pickle.PicklingError(
+                f"{name} is defined in the notebook itself (__main__), which a spawned worker cannot import"
+            )
+        return NotImplemented
+
+
+def spawn_problems(loader: DataLoader) -> list[str]:
+    """What would stop this loader's workers under spawn/forkserver: each thing a worker receives
+    must pickle by reference to an importable module (no lambdas, nothing defined in __main__)."""
+    problems = []
+    for what in ("dataset", "collate_fn", "worker_init_fn"):
+        try:
+            _SpawnPickler(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL).dump(
+                getattr(loader, what)
+            )
+        except Exception as exc:
+            problems.append(
+                f"{what}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            )
+    return problems
+
+
+_PROBE = bytes(1 << 20)  # 1 MiB: sha256 releases the GIL on it, so two threads run in parallel
+
+
+def _hash(rounds: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(rounds):
+        hashlib.sha256(_PROBE).digest()
+    return time.perf_counter() - t0
+
+
+def parallel_speedup(seconds: float = 0.1) -> float:
+    """How much faster two CPU-bound threads finish their work than one does, right now.
+
+    About 2 on an idle machine with two free cores; near 1 when other programs hold the CPU,
+    on one core with hyper-threads, or under a one-CPU quota. Workers cannot beat it.
+    """
+    rounds = max(4, int(seconds / max(_hash(2) / 2, 1e-6)))
+    serial = _hash(rounds)
+    threads = [threading.Thread(target=_hash, args=(rounds,)) for _ in range(2)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    parallel = time.perf_counter() - t0
+    serial = (serial + _hash(rounds)) / 2  # before and after, for load that changes meanwhile
+    return 2 * serial / parallel
+
+
+def _nb_flag(func_name: str, args: tuple, kwargs: dict) -> bool:
+    if "non_blocking" in kwargs:
+        return bool(kwargs["non_blocking"])
+    if func_name == "copy_":
+        return len(args) > 2 and bool(args[2])
+    return any(a is True for a in args[1:])  # .to(device, dtype, non_blocking) / .cuda(dev, nb)
+
+
+class TransferSpy(TorchFunctionMode):
+    """Records how tensors are pinned and copied, and the bytes that cross to another device.
+
+    Without an accelerator pinned memory cannot exist, so `simulate` makes chosen tensors
+    report is_pinned() and turns pin_memory() into a plain copy that counts as pinned."""
+
+    def __init__(self, simulate: bool):
+        super().__init__()
+        self.simulate, self.pinned_ids = simulate, set()
+        self.pinned_pageable, self.crossed_bytes = 0, 0
+        self.copies: list[tuple[bool, bool]] = []  # (source was pinned, non_blocking)
+
+    def is_pinned(self, t: torch.Tensor) -> bool:
+        return id(t) in self.pinned_ids if self.simulate else t.is_pinned()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name == "is_pinned" and self.simulate:
+            return id(args[0]) in self.pinned_ids
+        if name == "pin_memory":
+            if not self.is_pinned(args[0]):
+                self.pinned_pageable += 1
+            if self.simulate:
+                out = args[0].clone()
+                self.pinned_ids.add(id(out))
+                return out
+        out = func(*args, **kwargs)
+        if name in ("to", "cuda", "copy_") and args and isinstance(args[0], torch.Tensor):
+            src = args[1] if name == "copy_" else args[0]
+            dst = args[0] if name == "copy_" else out
+            if isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor):
+                if dst.device != src.device:
+                    self.crossed_bytes += dst.nbytes  # converted before the copy, if at all
+                    self.copies.append((self.is_pinned(src), _nb_flag(name, args, kwargs)))
+        return out

@@ -1,0 +1,241 @@
+"""channels_last: a network with a squeeze-and-excitation layer written the old way, and a
+tracer that finds the first layer whose output is no longer in the channels_last layout.
+
+A channels_last tensor keeps its logical NCHW shape; only the strides change, so pixels of
+one position are adjacent across channels (NHWC in memory). Convolution kernels in oneDNN
+(CPUs) and cuDNN tensor-core paths (GPUs) prefer that order. One `.contiguous()` on the way
+silently converts back to NCHW, and every layer after it pays for a conversion, or runs the
+slower NCHW kernel. See https://pytorch.org/tutorials/intermediate/memory_format_tutorial.html
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ...models import conv_bn
+
+CL = torch.channels_last
+
+
+class LegacySqueezeExcite(nn.Module):
+    """Squeeze-and-excitation (Hu et al. 2018, https://arxiv.org/abs/1709.01507): a per-channel
+    gate computed from the channel means. Its forward is as an older codebase wrote it: the
+    `.contiguous()` that `view` needed silently converts a channels_last input to NCHW."""
+
+    def __init__(self, channels: int, reduction: int = 4):
+        super().__init__()
+        self.fc1 = nn.Linear(channels, channels // reduction)
+        self.fc2 = nn.Linear(channels // reduction, channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, c = x.shape[:2]
+        x = x.contiguous()  # "view needs contiguous memory": NCHW-contiguous, that is
+        squeezed = x.view(b, c, -1).mean(-1)
+        gate = torch.sigmoid(self.fc2(torch.relu(self.fc1(squeezed))))
+        return x * gate.view(b, c, 1, 1)
+
+
+class SEBlock(nn.Module):
+    """Two 3x3 conv-BN-ReLU layers, the SE gate, and a residual connection."""
+
+    def __init__(self, channels: int, se: type[nn.Module]):
+        super().__init__()
+        self.convs = nn.Sequential(conv_bn(channels, channels), conv_bn(channels, channels))
+        self.se = se(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.se(self.convs(x))
+
+
+class SENet(nn.Module):
+    """A small SE-ResNet for 32x32 images; `se` is the class of its gate layers."""
+
+    def __init__(
+        self, width: int = 16, se: type[nn.Module] = LegacySqueezeExcite, classes: int = 10
+    ):
+        super().__init__()
+        self.stem = nn.Sequential(conv_bn(3, width), conv_bn(width, 2 * width), nn.MaxPool2d(2))
+        self.block1 = SEBlock(2 * width, se)
+        self.down = nn.Sequential(conv_bn(2 * width, 4 * width), nn.MaxPool2d(2))
+        self.block2 = SEBlock(4 * width, se)
+        self.head = nn.Sequential(
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4 * width, classes)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.block2(self.down(self.block1(self.stem(x)))))
+
+
+def make_pair(se: type[nn.Module], width: int = 16, seed: int = 0) -> tuple[nn.Module, nn.Module]:
+    """(legacy SENet, SENet with gate `se`) with identical weights, both in eval mode."""
+    torch.manual_seed(seed)
+    legacy = SENet(width, LegacySqueezeExcite).eval()
+    other = SENet(width, se)
+    other.load_state_dict(legacy.state_dict())
+    return legacy, other.eval()
+
+
+def is_cl(t: torch.Tensor) -> bool:
+    """True for a 4-D tensor stored channels_last (and not only NCHW). A tensor with one
+    channel or one pixel is both; it counts as channels_last, as nothing is lost there."""
+    return t.dim() != 4 or t.is_contiguous(memory_format=CL)
+
+
+def nchw_weights(model: nn.Module) -> list[str]:
+    """Names of 4-D parameters (conv weights) that are not channels_last."""
+    return [n for n, p in model.named_parameters() if p.dim() == 4 and not is_cl(p)]
+
+
+@dataclass
+class LayoutLoss:
+    """Where the channels_last layout was lost: the module, and what came in and went out."""
+
+    module: str
+    kind: str
+    in_cl: bool
+
+    def __str__(self) -> str:
+        came = "a channels_last input" if self.in_cl else "its input"
+        return f"`{self.module}` ({self.kind}) turned {came} into an NCHW output"
+
+
+def layout_trace(model: nn.Module, x: torch.Tensor) -> list[LayoutLoss]:
+    """Run `model(x)` and list every module whose 4-D output is not channels_last, outermost
+    last; the first entry is where the layout was lost."""
+    losses: list[LayoutLoss] = []
+    handles = []
+
+    def hook(name):
+        def record(module, args, out):
+            if isinstance(out, torch.Tensor) and not is_cl(out):
+                inp = args[0] if args and isinstance(args[0], torch.Tensor) else None
+                losses.append(
+                    LayoutLoss(
+                        name or "model", type(module).__name__, inp is not None and is_cl(inp)
+                    )
+                )
+
+        return record
+
+    for name, module in model.named_modules():
+        handles.append(module.register_forward_hook(hook(name)))
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return losses
+
+
+def gate_error(squeeze_excite: type[nn.Module], run=lambda fn, *a: fn(*a)) -> float:
+    """max |output - legacy output| of one SE gate alone (same weights), on a channels_last
+    input with large channel means, where a different pooling shows; the whole network damps
+    such a difference ~1e4-fold. `run(fn, *args)` calls the gate (the check marks it)."""
+    torch.manual_seed(1)
+    legacy = LegacySqueezeExcite(32)
+    mine = squeeze_excite(32)
+    mine.load_state_dict(legacy.state_dict())
+    x = (torch.randn(4, 32, 8, 8) + torch.randn(4, 32, 1, 1) * 3).to(memory_format=CL)
+    with torch.no_grad():
+        return (run(mine, x).float() - legacy(x)).abs().max().item()
+
+
+def train_step(model: nn.Module, x: torch.Tensor):
+    """One fp32 forward + backward of `model` on `x`, gradients dropped after."""
+
+    def step() -> None:
+        model(x).sum().backward()
+        model.zero_grad(set_to_none=True)
+
+    return step
+
+
+def images(batch: int = 32, size: int = 32, seed: int = 0) -> torch.Tensor:
+    return torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(seed))
+
+
+def layout_timings(
+    gates: dict[str, type[nn.Module] | None], *, repeats: int = 8
+) -> dict[str, float]:
+    """Median seconds per training step of the SENet for each variant: key -> gate class,
+    where None means NCHW with the legacy gate, and a class channels_last with that gate.
+
+    All variants are timed in rounds, in a rotating order (A B C, B C A, ...), so a change in
+    machine load hits all alike; on one CPU thread (steady on a shared machine), or on CUDA
+    under autocast with a wider net and batch so the GPU is not idle.
+    """
+    import statistics
+    import time
+
+    from ...device import get_device, synchronize
+    from ...measure import steady_cpu
+
+    device = get_device()
+    cuda = device.type == "cuda"
+    width, batch = (64, 256) if cuda else (16, 32)
+    x = images(batch).to(device)
+    torch.manual_seed(0)
+    base = SENet(width).to(device).train()
+    steps = {}
+    for name, gate in gates.items():
+        model = SENet(width, gate or LegacySqueezeExcite).to(device)
+        model.load_state_dict(base.state_dict())
+        fmt = torch.contiguous_format if gate is None else CL
+        steps[name] = _step(model.to(memory_format=fmt).train(), x.to(memory_format=fmt), cuda)
+    names = list(steps)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    with steady_cpu(1):
+        for r in range(repeats + 2):
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                synchronize(device)
+                start = time.perf_counter()
+                steps[name]()
+                synchronize(device)
+                if r >= 2:  # two warm-up rounds
+                    samples[name].append(time.perf_counter() - start)
+    return {n: statistics.median(v) for n, v in samples.items()}
+
+
+def _step(model: nn.Module, x: torch.Tensor, autocast: bool):
+    from ...device import amp_dtype
+
+    def run() -> None:
+        with torch.autocast(x.device.type, dtype=amp_dtype(x.device), enabled=autocast):
+            model(x).float().sum().backward()
+        model.zero_grad(set_to_none=True)
+
+    return run
+
+
+def gate_or_reference(gate: type[nn.Module]) -> type[nn.Module]:
+    """The learner's gate class if its forward is written, else the lesson's (said once)."""
+    from .reference import ReferenceSqueezeExcite
+
+    try:
+        gate(8)(torch.randn(1, 8, 2, 2))
+        return gate
+    except NotImplementedError:
+        print("(SqueezeExcite is not written yet: this demo uses the lesson's reference.)")
+        return ReferenceSqueezeExcite
+
+
+def layout_verdict(times: dict[str, float], device_class: str, noise: float = 0.05) -> str:
+    """What the three timings of `layout_timings` say, in words, with the measured ratios."""
+    gain = times["NCHW"] / times["channels_last, fixed gate"]
+    lost = times["NCHW"] / times["channels_last, legacy gate"]
+    head = f"channels_last speedup on {device_class}: {gain:.2f}x with the fixed gate, {lost:.2f}x with the legacy one. "
+    if gain < 1 + noise:
+        return (
+            head
+            + "The layout does not pay for this model here: keep NCHW, or measure a larger model."
+        )
+    if lost >= gain * (1 - noise):
+        return head + (
+            "The layout pays; the conversions forced by the legacy gate cost little next to the "
+            "convolutions of this model."
+        )
+    return head + "The layout pays, and the legacy gate gives part of it back: fix such layers."

@@ -1,0 +1,321 @@
+"""Lesson 04's checks: loss scaling by hand, and an AMP training step.
+
+Correctness runs on the CPU on every machine (the numerics are the formats', not the
+hardware's): fp16 autocast for the loss-scaling paths, bf16 for the scaler-free path. The
+speed part runs on the learner's device with its AMP dtype, and is graded only where the
+device has fast low-precision math (device classes cuda-tensorcore and cpu-bf16).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ...checks import (
+    Threshold,
+    at_least,
+    at_most,
+    check,
+    correct,
+    not_applicable,
+    retry_measure,
+)
+from ...device import device_class, get_device
+from . import demo
+from .instrument import StepProbe, params, worst_update
+
+THRESHOLDS = {
+    "grad_error": Threshold(
+        0.05,
+        "worst relative L2 error of one parameter's gradient vs float32, fp16 autocast, both "
+        "snapshots, seeds 0-3 (cpu-bf16, torch 2.14): dynamic scaling <= 0.005, static 2**14 "
+        "<= 0.017; 2**12 0.045-0.062 (on the edge: fewer bits kept), 2**8 >= 0.5, no scaling "
+        "1.0, 2**16 on `early` inf, not unscaled = the scale",
+    ),
+    "zero_fraction": Threshold(
+        0.2,
+        "fraction of gradient entries flushed to zero: `late` snapshot unscaled 0.99, 2**8 0.06-0.09, "
+        "scaled 2**14 or more: 0.0",
+    ),
+    "update_error": Threshold(
+        0.1,
+        "worst relative error of one parameter tensor's change after 6 steps vs float32 "
+        "replaying the unskipped steps (cpu-bf16, torch 2.14, seed 2): reference fp16 <= "
+        "0.0006, bf16 0.005; clip on scaled grads 1.0, clip after step 63, fp16 without a "
+        "scaler on the late snapshot 1.0 (its first layer's gradients underflow)",
+    ),
+    "score_error": Threshold(
+        0.02,
+        "largest probability error of softmax(q @ k.T) under CPU fp16 autocast vs float64, "
+        "16x16 scores (torch 2.14, seeds 0-3): float32 island 1e-7 to 0.005, elementwise fp32 "
+        "sum 0.001; plain, .float() only, or autocast off on fp16 inputs: 0.5-0.6 "
+        "(`precision`) or NaN (`overflow`)",
+    ),
+    "bytes_ratio": Threshold(
+        0.6,
+        "bytes saved for backward, AMP / float32, on the speed MLP: 0.50 with bf16 or fp16 "
+        "autocast (cpu-bf16, torch 2.14), 1.0 without autocast",
+    ),
+    "speedup_cpu-bf16": Threshold(
+        1.3,
+        "bf16 autocast vs float32, MLP 512-1024x3 batch 256, one thread, 2-core avx512_bf16 "
+        "Xeon, torch 2.14, load average 14: 1.58-2.01x (n=4), 1.89x in the check; 1.7x on "
+        "ResNet-9 and SmallCNN width 32. Emulated (oneDNN limited to AVX2): 0.04x",
+    ),
+    "speedup_cuda-tensorcore": Threshold(
+        1.5,
+        "autocast vs float32 on the MLP 1024-4096x3 batch 2048; spec: >= 1.5x on tensor cores",
+    ),
+}
+NO_FP16 = f"this torch ({torch.__version__}) has no float16 CPU autocast: update torch"
+STEPS, LR, MAX_NORM = 6, 0.01, 0.5  # `early` gradient norms are 27-44: clipping always acts
+
+
+# --- exercise 1 ------------------------------------------------------------------------------
+
+
+def _ran_in_fp16(model: nn.Module, fn) -> tuple[object, bool]:
+    """Call fn() and report whether the model's Linear layers produced float16 outputs."""
+    seen: list[torch.dtype] = []
+    hooks = [
+        m.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+        for m in model.modules()
+        if isinstance(m, nn.Linear)
+    ]
+    try:
+        result = fn()
+    finally:
+        for h in hooks:
+            h.remove()
+    return result, bool(seen) and all(d == torch.float16 for d in seen)
+
+
+def _diagnose_grads(grads, reference) -> str:
+    if not all(torch.isfinite(torch.as_tensor(g)).all() for g in grads):
+        return (
+            "inf/NaN in your gradients: the scaled gradients overflowed fp16 (max 65504). "
+            "Use a smaller scale here, or lower it when an overflow happens"
+        )
+    norm = torch.cat([torch.as_tensor(g).float().flatten() for g in grads]).norm()
+    ref = torch.cat([r.flatten() for r in reference]).norm()
+    ratio = (norm / ref).item()
+    zeros = demo.zero_fraction(grads)
+    if ratio > 8:
+        return f"your gradients are {ratio:.3g}x the true ones: divide by the scale afterwards"
+    if zeros > THRESHOLDS["zero_fraction"].value:
+        return (
+            f"{zeros:.0%} of gradient entries are exactly zero: they underflowed fp16. The "
+            "loss scale is too small (or missing)"
+        )
+    return "gradients are finite but inaccurate: a larger scale keeps more bits of small ones"
+
+
+@check(
+    "04-loss-scale",
+    points=2,
+    hint="Under torch.autocast('cpu', dtype=torch.float16): (loss * S).backward(), then return "
+    "[p.grad / S ...] in float32. S must lift the smallest gradients above fp16's 2**-24 yet keep "
+    "|grad| * S below 65504: try a large S and halve it while any gradient is inf or NaN.",
+)
+def check_loss_scale(rescued_grads):
+    if not demo.cpu_fp16_autocast():
+        return [not_applicable("fp16", NO_FP16)]
+    parts = []
+    for name in ("late", "early"):
+        model, x, y = demo.snapshot(name, seed=1)
+        reference = demo.fp32_grads(model, x, y)
+        grads, fp16 = _ran_in_fp16(model, lambda model=model, x=x, y=y: rescued_grads(model, x, y))
+        grads = list(grads)
+        if not fp16:
+            msg = "the Linear layers did not run in float16: use torch.autocast('cpu', dtype=...)"
+            parts.append(correct(f"{name} snapshot", False, msg))
+            continue
+        if len(grads) != len(reference):
+            raise ValueError(
+                f"expected {len(reference)} gradients (one per parameter), got {len(grads)}"
+            )
+        worst = max(demo.grad_errors(grads, reference))
+        tol = THRESHOLDS["grad_error"].value
+        what = "worst relative error of a parameter's gradient vs float32"
+        message = f"{what}: {worst:.3g} (allowed {tol})"
+        if not worst <= tol:
+            message += "; " + _diagnose_grads(grads, reference)
+        parts.append(correct(f"{name} snapshot", worst <= tol, message, value=worst, threshold=tol))
+    return parts
+
+
+# --- exercise 2 ------------------------------------------------------------------------------
+
+
+def _run_scenario(make_amp_step, name: str, snapshot: str, dtype: torch.dtype) -> object:
+    if dtype == torch.float16 and not demo.cpu_fp16_autocast():
+        return not_applicable(name, NO_FP16)
+    model, x, y = demo.snapshot(snapshot, seed=2)
+    twin = copy.deepcopy(model)
+    probe = StepProbe(model)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    step = make_amp_step(probe, F.mse_loss, opt, torch.device("cpu"), dtype, MAX_NORM)
+    start, skipped = params(model), 0
+    for _ in range(STEPS):
+        before = params(model)
+        step(x, y)
+        skipped += all(torch.equal(a, b) for a, b in zip(before, params(model), strict=True))
+    # float32 replays the steps the learner's scaler did not skip
+    ref_probe = StepProbe(twin)
+    ref = demo.fp32_step(ref_probe, F.mse_loss, torch.optim.SGD(twin.parameters(), lr=LR), MAX_NORM)
+    for _ in range(STEPS - skipped):
+        ref(x, y)
+    moved = [p - s for p, s in zip(params(model), start, strict=True)]
+    error, ratio = worst_update(moved, [p - s for p, s in zip(params(twin), start, strict=True)])
+    want = str(dtype).replace("torch.", "")
+    dtypes = {str(d).replace("torch.", "") for d in probe.out_dtypes}
+    tol = THRESHOLDS["update_error"].value
+    if dtypes != {want}:
+        return correct(
+            name,
+            False,
+            f"the model's output was {', '.join(sorted(dtypes)) or 'never computed'}, "
+            f"not {want}: run model(x) and the loss under torch.autocast(device.type, "
+            "dtype=dtype)",
+        )
+    if any(probe.backward_autocast):
+        return correct(
+            name,
+            False,
+            "backward ran inside autocast: leave the `with` block after "
+            "the loss; backward uses the dtypes chosen in the forward by itself",
+        )
+    if skipped == STEPS:
+        return correct(
+            name,
+            False,
+            f"all {STEPS} optimizer steps were skipped (parameters never "
+            "changed): after an overflow the scale must back off, which "
+            "scaler.update() does once per step",
+        )
+    scaled = probe.out_grad_max[0] / max(ref_probe.out_grad_max[0], 1e-30)
+    if dtype == torch.bfloat16 and scaled > 8:
+        return correct(
+            name,
+            False,
+            f"the bf16 gradients were scaled ({scaled:.3g}x): bf16 has "
+            "float32's range, nothing underflows, so no GradScaler (disable it, "
+            "enabled=False, or do not create one)",
+        )
+    message = (
+        f"worst layer's parameter change after {STEPS} steps ({skipped} skipped by the scaler) differs "
+        f"from float32 by {error:.3g} (allowed {tol})"
+    )
+    if error > tol and ratio < 0.5:
+        message += (
+            f"; that update is {ratio:.2g}x float32's: gradients were lost or shrunk "
+            "(fp16 gradients underflowing without a GradScaler, or clipping the still "
+            "scaled gradients: call scaler.unscale_(optimizer) before clip_grad_norm_)"
+        )
+    elif error > tol and ratio > 2:
+        message += (
+            f"; that update is {ratio:.2g}x float32's clipped one: clipping did not "
+            "act on the gradients the optimizer used (clip after unscale_, before step)"
+        )
+    return correct(name, error <= tol, message, value=error, threshold=tol)
+
+
+def _speed_part(effect: demo.AmpEffect, cls: str):
+    applies = cls in ("cuda-tensorcore", "cpu-bf16")
+    threshold = THRESHOLDS.get(f"speedup_{cls}", THRESHOLDS["speedup_cpu-bf16"]).value
+    reasons = {
+        "cpu": "this CPU has no native bf16 (no avx512_bf16 or AMX): bf16 is emulated there, "
+        "usually slower than float32",
+        "cuda": "this GPU has no tensor cores (compute capability < 7.0)",
+        "mps": "AMP speed on Apple GPUs is not graded in this course",
+    }
+    return at_least(
+        "speed",
+        effect.speedup,
+        threshold,
+        f"{effect.dtype} autocast step vs float32 on the speed MLP",
+        applies=applies,
+        reason=reasons.get(cls, ""),
+    )
+
+
+@check(
+    "04-amp-step",
+    points=3,
+    hint="scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16); in the "
+    "step: autocast around model(x) and the loss only; scaler.scale(loss).backward(); "
+    "scaler.unscale_(optimizer); clip_grad_norm_; scaler.step(optimizer); scaler.update(); "
+    "zero_grad.",
+)
+def check_amp_step(make_amp_step):
+    parts = [
+        _run_scenario(make_amp_step, "fp16, large gradients", "early", torch.float16),
+        _run_scenario(make_amp_step, "fp16, small gradients", "late", torch.float16),
+        _run_scenario(make_amp_step, "bf16", "early", torch.bfloat16),
+    ]
+    device = get_device()
+    cls = device_class(device)
+    if device.type not in ("cuda", "cpu"):  # e.g. MPS: memory on the CPU, speed not graded
+        device = torch.device("cpu")
+    effect = demo.measure_amp(make_amp_step, device, repeats=5)
+    parts.append(
+        at_most(
+            "activation memory",
+            effect.bytes_ratio,
+            THRESHOLDS["bytes_ratio"].value,
+            f"bytes saved for backward, {effect.dtype} AMP / float32",
+        )
+    )
+    threshold = THRESHOLDS.get(f"speedup_{cls}")
+    if threshold is not None and effect.speedup < threshold.value:  # a loaded moment: retry
+        effect.speedup = retry_measure(
+            lambda: demo.measure_amp(make_amp_step, device, 5).speedup,
+            ok=lambda s: s >= threshold.value,
+            attempts=2,
+        )
+    parts.append(_speed_part(effect, cls))
+    return parts
+
+
+# --- exercise 3 ------------------------------------------------------------------------------
+
+
+def _diagnose_scores(stable_scores, q, k, error: float, dtype: str) -> str:
+    if dtype == "float16":
+        floated, _ = demo.score_error(stable_scores, q.float(), k.float())
+        if floated <= THRESHOLDS["score_error"].value:
+            return (
+                "it is right for float32 inputs, but autocast hands you float16 "
+                "activations: cast q and k to float32 inside the region"
+            )
+        return (
+            "your scores came out in float16: inside autocast, matmul casts its inputs to "
+            "float16 again, even after .float(). Turn autocast off for this region"
+        )
+    if error == float("inf"):
+        return "inf/NaN: the scores overflowed"
+    return "your probabilities are not softmax(q @ k.T): keep the function, change the precision"
+
+
+@check(
+    "04-fp32-island",
+    points=2,
+    hint="with torch.autocast(q.device.type, enabled=False): compute (q.float() @ k.float().T) "
+    "and its softmax. Disabling autocast alone leaves float16 inputs in float16; .float() alone "
+    "is undone by autocast's matmul cast.",
+)
+def check_fp32_island(stable_scores):
+    if not demo.cpu_fp16_autocast():
+        return [not_applicable("fp16", NO_FP16)]
+    parts, tol = [], THRESHOLDS["score_error"].value
+    for case in demo.SCORE_CASES:
+        q, k = demo.score_inputs(case, seed=2)
+        error, dtype = demo.score_error(stable_scores, q, k)
+        message = f"largest probability error under fp16 autocast: {error:.3g} (allowed {tol})"
+        if not error <= tol:
+            message += "; " + _diagnose_scores(stable_scores, q, k, error, dtype)
+        parts.append(correct(f"{case} case", error <= tol, message, value=error, threshold=tol))
+    return parts

@@ -1,0 +1,371 @@
+"""Lesson 04's checks pass the reference answers and valid alternatives, and fail the mistakes
+learners make with loss scaling and the AMP step, naming the cause.
+
+The correctness scenarios are small and run on the CPU. Tests of a wrong AMP step replace the
+speed workload by a tiny one (the mistake is caught by the scenarios, not by timing); the
+speed part is tested per device class with a faked measurement.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from check_helpers import fails, failure, not_attempted
+from torch import nn
+
+from course_utils.lessons import mixed_precision as lesson
+from course_utils.lessons.mixed_precision import checks, demo
+
+# --- exercise 1: loss scaling by hand --------------------------------------------------------
+
+
+def scaled_grads(model, x, y, scale, unscale=True):
+    model.zero_grad(set_to_none=True)
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = F.mse_loss(model(x), y)
+    (loss * scale).backward()
+    return [p.grad / (scale if unscale else 1) for p in model.parameters()]
+
+
+def static_2_14(model, x, y):
+    """A strong learner's static choice: |grad| reaches ~2 early (2 * 2**14 < 65504) and
+    ~1e-9 late (1e-9 * 2**14 > 2**-24)."""
+    return scaled_grads(model, x, y, 2.0**14)
+
+
+def dynamic_with_autograd_grad(model, x, y):
+    """Dynamic scaling from 2**24 down, gradients by torch.autograd.grad instead of .grad."""
+    params = list(model.parameters())
+    scale = 2.0**24
+    while True:
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = F.mse_loss(model(x), y)
+        grads = torch.autograd.grad(loss * scale, params)
+        if all(torch.isfinite(g).all() for g in grads):
+            return [g.float() / scale for g in grads]
+        scale /= 2
+
+
+def test_loss_scale_check_passes_the_reference():
+    assert lesson.check_loss_scale(lesson.reference_rescued_grads).status == "passed"
+
+
+@pytest.mark.parametrize("answer", [static_2_14, dynamic_with_autograd_grad])
+def test_loss_scale_check_passes_valid_alternatives(answer):
+    assert lesson.check_loss_scale(answer).status == "passed"
+
+
+@pytest.mark.parametrize(
+    ("answer", "cause"),
+    [
+        (lambda m, x, y: scaled_grads(m, x, y, 1.0), "underflowed"),
+        (lambda m, x, y: scaled_grads(m, x, y, 2.0**8), "late snapshot"),
+        (lambda m, x, y: scaled_grads(m, x, y, 2.0**16), "overflowed"),
+        (lambda m, x, y: scaled_grads(m, x, y, 2.0**14, unscale=False), "divide by the scale"),
+        (lambda m, x, y: demo.fp32_grads(m, x, y), "did not run in float16"),
+    ],
+    ids=["no-scaling", "scale-too-small", "gradscaler-default-overflows", "not-unscaled", "fp32"],
+)
+def test_loss_scale_check_fails_mistakes_naming_the_cause(answer, cause):
+    exc = failure(lesson.check_loss_scale, answer)
+    assert exc.status == "failed"
+    assert cause in exc.summary
+
+
+def test_loss_scale_check_reports_not_attempted_and_refuses_the_reference():
+    assert fails(lesson.check_loss_scale, not_attempted) == "not-attempted"
+    delegating = lambda m, x, y: lesson.reference_rescued_grads(m, x, y)  # noqa: E731
+    assert "reference" in failure(lesson.check_loss_scale, delegating).summary
+
+
+def test_late_snapshot_loses_most_gradients_in_fp16_without_scaling():
+    model, x, y = demo.snapshot("late")
+    assert demo.zero_fraction(demo.plain_fp16_grads(model, x, y)) > 0.5
+    assert demo.zero_fraction(demo.fp32_grads(model, x, y)) == 0.0
+
+
+# --- exercise 2: the AMP step ----------------------------------------------------------------
+
+
+@pytest.fixture
+def tiny_speed_workload(monkeypatch):
+    """The speed part on a tiny MLP: these tests are about the scenarios' verdicts."""
+
+    def tiny(device):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10)).to(device)
+        return model, torch.randn(16, 32, device=device), torch.randint(0, 10, (16,), device=device)
+
+    monkeypatch.setattr(demo, "speed_workload", tiny)
+
+
+def amp_step(order="right", scaler_for_bf16=False, fp16_scaler=True, backward_in_autocast=False,
+             forward_in_autocast=True):  # fmt: skip
+    """A make_amp_step factory with one mistake switched on."""
+
+    def make(model, loss_fn, optimizer, device, dtype, max_norm):
+        enabled = (dtype == torch.float16 and fp16_scaler) or scaler_for_bf16
+        scaler = torch.amp.GradScaler(device.type, enabled=enabled)
+
+        def clip():
+            nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+
+        def step(x, y):
+            with torch.autocast(device.type, dtype=dtype, enabled=forward_in_autocast):
+                out = model(x)
+            with torch.autocast(device.type, dtype=dtype):
+                loss = loss_fn(out, y)
+                if backward_in_autocast:
+                    scaler.scale(loss).backward()
+            if not backward_in_autocast:
+                scaler.scale(loss).backward()
+            if order == "right":
+                scaler.unscale_(optimizer)
+                clip()
+            elif order == "clip-scaled":
+                clip()
+            scaler.step(optimizer)
+            if order == "clip-after-step":
+                clip()
+            if order != "no-update":
+                scaler.update()
+            optimizer.zero_grad()
+            return loss
+
+        return step
+
+    return make
+
+
+def branching_step(model, loss_fn, optimizer, device, dtype, max_norm):
+    """A valid alternative: a scaler only on the fp16 path, plain code for bf16, zero_grad first."""
+    scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
+
+    def step(x, y):
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device_type=device.type, dtype=dtype):
+            loss = loss_fn(model(x), y)
+        if scaler is None:
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), max_norm, foreach=True)
+            optimizer.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            nn.utils.clip_grad_norm_(model.parameters(), max_norm, foreach=True)
+            scaler.step(optimizer)
+            scaler.update()
+        return loss
+
+    return step
+
+
+def test_amp_step_check_passes_the_reference_with_its_speed_and_memory():
+    result = lesson.check_amp_step(lesson.reference_make_amp_step)
+    assert result.status == "passed"
+    assert {p.name: p.status for p in result.parts}["activation memory"] == "passed"
+
+
+@pytest.mark.usefixtures("tiny_speed_workload")
+@pytest.mark.parametrize("answer", [amp_step(), branching_step])
+def test_amp_step_scenarios_pass_valid_alternatives(answer):
+    parts = checks.check_amp_step.__wrapped__(answer)
+    assert all(p.status == "passed" for p in parts[:3]), [p.message for p in parts[:3]]
+
+
+def scaler_per_step(model, loss_fn, optimizer, device, dtype, max_norm):
+    """A fresh GradScaler in every step: its scale never backs off from 2**16."""
+
+    def step(x, y):
+        scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+        with torch.autocast(device.type, dtype=dtype):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+        return loss
+
+    return step
+
+
+@pytest.mark.usefixtures("tiny_speed_workload")
+@pytest.mark.parametrize(
+    ("answer", "scenario", "cause"),
+    [
+        (amp_step(order="clip-scaled"), "fp16, small gradients", "unscale_(optimizer) before"),
+        (amp_step(order="clip-after-step"), "fp16, large gradients", "clipping did not act"),
+        (scaler_per_step, "fp16, large gradients", "scaler.update()"),
+        (amp_step(backward_in_autocast=True), "fp16, large gradients", "backward ran inside"),
+        (amp_step(scaler_for_bf16=True), "bf16", "no GradScaler"),
+        (amp_step(fp16_scaler=False), "fp16, small gradients", "without a GradScaler"),
+        (amp_step(forward_in_autocast=False), "bf16", "not bfloat16"),
+    ],
+    ids=["clip-scaled", "clip-after-step", "scaler-never-backs-off", "backward-in-autocast",
+         "bf16-scaler", "fp16-no-scaler", "forward-fp32"],
+)  # fmt: skip
+def test_amp_step_scenarios_fail_mistakes_naming_the_cause(answer, scenario, cause):
+    parts = {p.name: p for p in checks.check_amp_step.__wrapped__(answer)}
+    assert parts[scenario].status == "failed"
+    assert cause in parts[scenario].message, parts[scenario].message
+
+
+@pytest.mark.usefixtures("tiny_speed_workload")
+def test_amp_step_check_fails_a_wrong_order_and_errors_on_a_missing_update():
+    assert fails(lesson.check_amp_step, amp_step(order="clip-scaled")) == "failed"
+    exc = failure(lesson.check_amp_step, amp_step(order="no-update"))
+    assert exc.status == "error" and "update()" in exc.summary  # torch refuses a 2nd step()
+
+
+def test_amp_step_check_reports_not_attempted_and_refuses_the_reference():
+    assert fails(lesson.check_amp_step, not_attempted) == "not-attempted"
+
+    def delegating(*args):
+        return lesson.reference_make_amp_step(*args)
+
+    assert "reference" in failure(lesson.check_amp_step, delegating).summary
+
+
+def fake_effect(speedup):
+    return demo.AmpEffect("faked", "bfloat16", speedup, 1000, 500, None)
+
+
+@pytest.mark.parametrize(
+    ("cls", "speedup", "status"),
+    [
+        ("cpu-bf16", 1.8, "passed"),
+        ("cpu-bf16", 1.0, "failed"),
+        ("cuda-tensorcore", 1.4, "failed"),
+        ("cuda-tensorcore", 2.5, "passed"),
+        ("cpu", 0.4, "not-applicable"),
+        ("cuda", 1.0, "not-applicable"),
+        ("mps", 1.0, "not-applicable"),
+    ],
+)
+def test_speed_part_is_graded_only_where_the_device_has_fast_low_precision(cls, speedup, status):
+    part = checks._speed_part(fake_effect(speedup), cls)
+    assert part.status == status
+    if cls == "cpu":
+        assert "emulated" in part.message and "0.4" in part.message
+
+
+@pytest.mark.parametrize(
+    ("cls", "speedup", "says"),
+    [("cpu", 0.2, "emulated"), ("cpu-bf16", 1.8, "pays off"), ("cpu-bf16", 0.9, "busy machine"),
+     ("cuda", 1.0, "memory is what AMP saves")],
+)  # fmt: skip
+def test_amp_verdict_explains_the_measurement_for_the_device_class(cls, speedup, says):
+    effect = demo.AmpEffect(cls, "bfloat16", speedup, 1000, 500, None)
+    assert says in lesson.amp_verdict(effect) and f"{speedup:.2f}x" in lesson.amp_verdict(effect)
+
+
+def test_amp_step_check_retries_a_slow_measurement_then_fails_it(monkeypatch):
+    calls = []
+
+    def slow(make_step, device=None, repeats=None):
+        calls.append(1)
+        return fake_effect(1.05)
+
+    monkeypatch.setattr(demo, "measure_amp", slow)
+    monkeypatch.setattr(checks, "device_class", lambda device=None: "cpu-bf16")
+    exc = failure(lesson.check_amp_step, lesson.reference_make_amp_step)
+    assert "speed" in exc.summary and len(calls) == 3
+
+
+# --- exercise 3: a float32 island ---------------------------------------------------------
+
+
+def island_einsum(q, k):
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        scores = torch.einsum("id,jd->ij", q.to(torch.float32), k.to(torch.float32))
+    return torch.softmax(scores, dim=-1)
+
+
+def elementwise_in_fp32(q, k):
+    """Not on autocast's lists: mul and sum run in float32 on float32 inputs."""
+    return (q.float()[:, None, :] * k.float()[None]).sum(-1).softmax(-1)
+
+
+def only_floated(q, k):
+    return (q.float() @ k.float().T).softmax(-1)
+
+
+def only_disabled(q, k):
+    with torch.autocast(q.device.type, enabled=False):
+        return (q @ k.T).softmax(-1)
+
+
+def rescaled(q, k):
+    with torch.autocast(q.device.type, enabled=False):
+        return (q.float() @ k.float().T / q.shape[-1] ** 0.5).softmax(-1)
+
+
+@pytest.mark.parametrize(
+    "answer", [lesson.reference_stable_scores, island_einsum, elementwise_in_fp32]
+)
+def test_fp32_island_check_passes_the_reference_and_valid_alternatives(answer):
+    assert lesson.check_fp32_island(answer).status == "passed"
+
+
+@pytest.mark.parametrize(
+    ("answer", "cause"),
+    [
+        (lesson.naive_scores, "came out in float16"),
+        (only_floated, "even after .float()"),
+        (only_disabled, "autocast hands you float16"),
+        (rescaled, "not softmax(q @ k.T)"),
+    ],
+    ids=["unchanged", "float-only", "disabled-only", "changed-function"],
+)
+def test_fp32_island_check_fails_mistakes_naming_the_cause(answer, cause):
+    exc = failure(lesson.check_fp32_island, answer)
+    assert exc.status == "failed"
+    assert cause in exc.summary
+
+
+def test_fp32_island_check_reports_not_attempted_and_refuses_the_reference():
+    assert fails(lesson.check_fp32_island, not_attempted) == "not-attempted"
+    delegating = lambda q, k: lesson.reference_stable_scores(q, k)  # noqa: E731
+    assert "reference" in failure(lesson.check_fp32_island, delegating).summary
+
+
+def test_naive_scores_overflow_or_lose_precision_under_fp16_autocast():
+    for case in ("precision", "overflow"):
+        q, k = demo.score_inputs(case)
+        assert demo.score_error(lesson.naive_scores, q, k)[0] > 0.3
+        assert demo.score_error(lesson.naive_scores, q.float(), k.float(), torch.bfloat16)[0] > 0.1
+
+
+def test_fp16_parts_are_not_applicable_on_a_torch_without_cpu_fp16_autocast(monkeypatch):
+    assert demo.cpu_fp16_autocast.__wrapped__() is True  # this torch has it
+    monkeypatch.setattr(demo, "cpu_fp16_autocast", lambda: False)
+    assert lesson.check_fp32_island(not_attempted).status == "not-applicable"
+    assert lesson.check_loss_scale(not_attempted).status == "not-applicable"
+
+
+# --- demos -------------------------------------------------------------------------------------
+
+
+def test_precision_table_shows_fp16_range_and_bf16_precision():
+    rows = {r["dtype"]: r for r in demo.precision_table()}
+    assert rows["float16"]["max"] == 65504
+    assert rows["float16"]["smallest subnormal"] == 2.0**-24
+    assert rows["bfloat16"]["max"] > 3e38 and rows["bfloat16"]["eps (1 + eps > 1)"] == 2.0**-7
+
+
+def test_scaler_trace_backs_off_on_overflow_skips_the_step_and_grows_again():
+    trace = demo.scaler_trace(steps=20, overflow_at=(7,))
+    assert trace.skipped == [i == 7 for i in range(20)]
+    assert trace.scale[8] == trace.scale[7] / 2  # backoff_factor 0.5
+    assert trace.scale[5] == 2 * trace.scale[4]  # growth after 5 clean steps
+    assert max(trace.scale[8:]) > trace.scale[8]
+
+
+def test_cpu_autocast_runs_matmul_in_low_precision_and_losses_in_float32():
+    table = demo.autocast_dtypes(torch.device("cpu"), torch.bfloat16)
+    assert table["matmul (x @ w)"] == table["conv2d"] == "bfloat16"
+    assert table["cross_entropy(matmul)"] == table["mse_loss(matmul)"] == "float32"
+    assert table["matmul + float32 tensor"] == "float32"

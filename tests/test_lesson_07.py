@@ -1,0 +1,343 @@
+"""Lesson 07's checks pass the reference and valid alternatives, and fail the mistakes
+learners make with accumulation, checkpointing and micro-batch planning, naming the cause."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from check_helpers import fails, failure, not_attempted, status_of
+from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+
+from course_utils.lessons import accumulation as lesson
+from course_utils.lessons.accumulation import checks as lesson_checks
+from course_utils.lessons.accumulation.demo import Measured
+
+# --- exercise 1: accumulation ----------------------------------------------------------------
+
+
+def groups_of(loader, k):
+    batches = list(loader)
+    return [batches[i : i + k] for i in range(0, len(batches), k)]
+
+
+def sum_reduction_per_sample(model, optimizer, loader, loss_fn, accum_steps):
+    """Valid: sum the per-sample losses and divide by the samples in the group."""
+    for group in groups_of(loader, accum_steps):
+        n = sum(len(y) for _, y in group)
+        for x, y in group:
+            (F.cross_entropy(model(x), y, reduction="sum") / n).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+def streaming_with_len(model, optimizer, loader, loss_fn, accum_steps):
+    """Valid: one pass with `if (i + 1) % k == 0 or last`, dividing by the group's size."""
+    n = len(loader)
+    for i, (x, y) in enumerate(loader):
+        start = i - i % accum_steps
+        size = min(accum_steps, n - start)
+        (loss_fn(model(x), y) / size).backward()
+        if (i + 1) % accum_steps == 0 or i + 1 == n:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+
+def scaling_gradients(model, optimizer, loader, loss_fn, accum_steps):
+    """Valid: accumulate undivided, then divide the gradients before stepping."""
+    for group in groups_of(loader, accum_steps):
+        for x, y in group:
+            loss_fn(model(x), y).backward()
+        for p in model.parameters():
+            p.grad /= len(group)
+        optimizer.step()
+        model.zero_grad()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lesson.reference_accumulate_epoch,
+        sum_reduction_per_sample,
+        streaming_with_len,
+        scaling_gradients,
+    ],
+)
+def test_accumulation_check_passes_the_reference_and_valid_alternatives(answer):
+    assert lesson.check_accumulation(answer).status == "passed"
+
+
+def fixed_k(
+    model,
+    optimizer,
+    loader,
+    loss_fn,
+    accum_steps,
+    *,
+    divide=True,
+    drop=False,
+    zero_inside=False,
+    step_each=False,
+    zero=True,
+):
+    """The guide's loop, fixed to `if`, with switches for the usual mistakes."""
+    optimizer.zero_grad()
+    n = len(loader)
+    for i, (x, y) in enumerate(loader):
+        if zero_inside:
+            optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        (loss / accum_steps if divide else loss).backward()
+        if step_each or (i + 1) % accum_steps == 0 or (i + 1 == n and not drop):
+            optimizer.step()
+            if zero:
+                optimizer.zero_grad()
+
+
+@pytest.mark.parametrize(
+    ("mistake", "cause"),
+    [
+        (dict(), "divided by 3"),
+        (dict(divide=False), "divide each micro-batch's loss"),
+        (dict(drop=True), "partial group"),
+        (dict(zero_inside=True), "zero_grad() runs inside"),
+        (dict(step_each=True), "steps on every micro-batch"),
+        (dict(zero=False), "previous step's gradient"),
+    ],
+    ids=[
+        "fixed-k-on-partial-group",
+        "not-divided",
+        "last-group-dropped",
+        "zero-grad-inside",
+        "step-every-micro-batch",
+        "never-zeroed",
+    ],
+)
+def test_accumulation_check_names_the_mistake(mistake, cause):
+    def answer(*args):
+        return fixed_k(*args, **mistake)
+
+    exc = failure(lesson.check_accumulation, answer)
+    assert exc.status == "failed" and cause in str(exc), str(exc)
+
+
+def test_accumulation_check_reports_not_attempted_and_refuses_the_reference():
+    assert fails(lesson.check_accumulation, not_attempted) == "not-attempted"
+    assert (
+        fails(lesson.check_accumulation, lambda *a: lesson.reference_accumulate_epoch(*a))
+        == "failed"
+    )
+
+
+def test_batchnorm_breaks_equality_and_layernorm_does_not():
+    gaps = lesson.batchnorm_caveat(lesson.reference_accumulate_epoch)
+    assert gaps["none"] < 1e-12 and gaps["layer"] < 1e-12 and gaps["batch"] > 1e-2
+
+
+def test_guide_snippet_is_a_syntax_error():
+    assert lesson.guide_snippet_error().startswith("SyntaxError")
+
+
+# --- exercise 2: checkpointed forward -------------------------------------------------------
+
+
+def per_block(blocks, x):
+    for block in blocks:
+        x = checkpoint(block, x, use_reentrant=False)
+    return x
+
+
+@pytest.mark.parametrize("answer", [lesson.reference_checkpointed_forward, per_block])
+def test_checkpoint_check_passes_sqrt_segments_and_per_block(answer):
+    assert lesson.check_checkpointed_forward(answer).status == "passed"
+
+
+@pytest.fixture
+def no_timing(monkeypatch):
+    """The time part does not decide these cases; skip its seconds of measuring."""
+
+    class Fast:
+        speedup = 1 / 1.2
+
+    monkeypatch.setattr(lesson_checks, "compare", lambda *a, **k: Fast())
+
+
+def whole_model(blocks, x):
+    return checkpoint(blocks, x, use_reentrant=False)
+
+
+def input_only(blocks, x):
+    return blocks(checkpoint(lambda t: t * 1, x, use_reentrant=False))
+
+
+def reentrant_per_block(blocks, x):
+    for block in blocks:
+        x = checkpoint(block, x, use_reentrant=True)
+    return x
+
+
+def reentrant_whole(blocks, x):
+    return checkpoint(blocks, x, use_reentrant=True)
+
+
+def fresh_dropout_masks(blocks, x):
+    for block in blocks:
+        x = checkpoint(block, x, use_reentrant=False, preserve_rng_state=False)
+    return x
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize(
+    ("answer", "cause"),
+    [
+        (whole_model, "peak memory"),
+        (input_only, "peak memory"),
+        (lambda blocks, x: blocks(x), "peak memory"),
+        (lambda b, x: checkpoint_sequential(b, 2, x, use_reentrant=False), "peak memory"),
+        (reentrant_per_block, "all 16 blocks got no gradient"),
+        (reentrant_whole, "got no gradient"),
+        (fresh_dropout_masks, "preserve_rng_state=True"),
+    ],
+    ids=[
+        "whole-model",
+        "input-only",
+        "none",
+        "two-segments",
+        "reentrant-per-block",
+        "reentrant-whole",
+        "rng-not-preserved",
+    ],
+)
+def test_checkpoint_check_names_the_mistake(no_timing, answer, cause):
+    exc = failure(lesson.check_checkpointed_forward, answer)
+    assert exc.status == "failed" and cause in str(exc), str(exc)
+
+
+@pytest.mark.parametrize(
+    ("device_class", "status"),
+    [("cpu", "passed"), ("cpu-bf16", "passed"), ("cuda-tensorcore", "failed")],
+)
+def test_checkpoint_time_limit_follows_the_device_class(monkeypatch, device_class, status):
+    """A 2x step time is what a CPU pays for recomputing GELU, LayerNorm and dropout; on a GPU
+    one extra forward should cost ~1.33x, so 2x there means something recomputes too much."""
+
+    class Slow:
+        speedup = 1 / 2.0
+
+    monkeypatch.setattr(lesson_checks, "compare", lambda *a, **k: Slow())
+    monkeypatch.setattr(lesson_checks, "device_class", lambda: device_class)
+    assert (
+        status_of(lesson.check_checkpointed_forward, lesson.reference_checkpointed_forward)
+        == status
+    )
+
+
+def test_checkpoint_check_reports_not_attempted_and_refuses_the_reference():
+    assert fails(lesson.check_checkpointed_forward, not_attempted) == "not-attempted"
+    assert (
+        fails(
+            lesson.check_checkpointed_forward,
+            lambda b, x: lesson.reference_checkpointed_forward(b, x),
+        )
+        == "failed"
+    )
+
+
+# --- exercise 3: plan for a memory budget ----------------------------------------------------
+
+
+class FakeProbe:
+    """Synthetic, exact measurements. `saturate`: plain throughput stops growing past this
+    micro-batch (a CPU); None: it keeps growing (a big GPU), so checkpointing a larger
+    micro-batch can beat a small one without checkpointing."""
+
+    def __init__(self, saturate: int | None):
+        self.saturate = saturate
+
+    def __call__(self, micro_batch, checkpoint=False):
+        per_sample = 30 if checkpoint else 100
+        speed = min(micro_batch, self.saturate or micro_batch) * 100 * (0.7 if checkpoint else 1)
+        return Measured(micro_batch, bool(checkpoint), 1000 + per_sample * micro_batch, speed)
+
+
+E = lesson.EFFECTIVE_BATCH
+
+
+def largest_fitting(ckpt_options):
+    def plan(effective_batch, budget, probe):
+        for m in sorted(
+            (m for m in range(1, effective_batch + 1) if effective_batch % m == 0), reverse=True
+        ):
+            for c in ckpt_options:
+                if probe(m, c).peak_bytes <= budget:
+                    return m, effective_batch // m, c
+        raise ValueError
+
+    return plan
+
+
+def powers_of_two_search(effective_batch, budget, probe):
+    """Valid: only powers of two (the divisors of 256), best measured speed that fits."""
+    options = [(2**i, c) for i in range(int(math.log2(effective_batch)) + 1) for c in (False, True)]
+    fits = [probe(m, c) for m, c in options if probe(m, c).peak_bytes <= budget]
+    best = max(fits, key=lambda r: r.samples_per_s)
+    return best.micro_batch, effective_batch // best.micro_batch, best.checkpoint
+
+
+@pytest.mark.parametrize("saturate", [64, None], ids=["cpu-like", "gpu-like"])
+@pytest.mark.parametrize("answer", [lesson.reference_plan, powers_of_two_search])
+def test_plan_check_passes_measured_choices(answer, saturate):
+    assert lesson.check_plan(answer, probe=FakeProbe(saturate)).status == "passed"
+
+
+def test_plan_check_passes_the_reference_on_this_machine():
+    assert lesson.check_plan(lesson.reference_plan).status == "passed"
+
+
+@pytest.mark.parametrize(
+    ("answer", "saturate", "cause"),
+    [
+        (lambda e, b, p: (e, 1, False), 64, "over the budget"),
+        (largest_fitting([True]), 64, "of the best fitting plan"),
+        (largest_fitting([False]), None, "of the best fitting plan"),
+        (lambda e, b, p: (1, e, False), 64, "of the best fitting plan"),
+        (
+            lambda e, b, p: (largest_fitting([False])(e, b, p)[0], 1, False),
+            64,
+            "must equal the effective batch",
+        ),
+        (lambda e, b, p: (64, 4), 64, "expected (micro_batch, accum_steps, checkpoint)"),
+    ],
+    ids=[
+        "ignores-budget",
+        "always-checkpoint",
+        "never-checkpoint",
+        "micro-batch-1",
+        "changes-effective-batch",
+        "wrong-shape",
+    ],
+)
+def test_plan_check_names_the_mistake(answer, saturate, cause):
+    exc = failure(lesson.check_plan, answer, FakeProbe(saturate))
+    assert exc.status == "failed" and cause in str(exc), str(exc)
+
+
+def test_plan_check_reports_not_attempted_and_refuses_the_reference():
+    probe = FakeProbe(64)
+    assert fails(lesson.check_plan, not_attempted, probe) == "not-attempted"
+    assert fails(lesson.check_plan, lambda *a: lesson.reference_plan(*a), probe) == "failed"
+
+
+def test_tensor_peak_bytes_sees_recomputation_that_saved_tensor_hooks_miss():
+    blocks, x = lesson.make_blocks(depth=4, width=16), torch.randn(64, 16)
+    from course_utils.measure import activation_bytes, tensor_peak_bytes
+
+    def step(forward):
+        return lambda: forward(blocks, x).sum().backward()
+
+    assert (
+        activation_bytes(lambda: whole_model(blocks, x)) < activation_bytes(lambda: blocks(x)) / 4
+    )
+    assert tensor_peak_bytes(step(whole_model)) >= 0.9 * tensor_peak_bytes(step(lambda b, h: b(h)))
