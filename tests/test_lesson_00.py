@@ -1,56 +1,92 @@
-"""Lesson 00's checks pass the reference answers and fail the mistakes learners make."""
+"""Lesson 00's checks pass the reference answers and valid alternatives, and fail the
+mistakes a learner who half-understands makes, with a message naming the cause."""
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import pytest
 import torch
-from check_helpers import fails, not_attempted
+from check_helpers import failure, not_attempted, status_of
+from torch.profiler import ProfilerActivity, profile
 
 from course_utils.lessons import measuring as lesson
-from course_utils.measure import activation_bytes
 
 # --- exercise 1: step timer -----------------------------------------------------------------
 
 
-def test_step_timer_check_passes_a_synchronised_warmed_up_median():
-    assert lesson.check_step_timer(lesson.reference_time_step).status == "passed"
+def timer(*, warm=True, sync=True, median=True, scale=1.0):
+    """The reference timer with one mistake switched on."""
 
-
-def test_step_timer_check_fails_a_timer_without_synchronisation():
-    def no_sync(step, synchronize, warmup=3, repeats=10):
-        return lesson.reference_time_step(step, lambda: None, warmup, repeats)
-
-    assert fails(lesson.check_step_timer, no_sync) == "failed"
-
-
-def test_step_timer_check_fails_a_mean_without_warm_up():
-    def mean_cold(step, synchronize, warmup=3, repeats=10):
+    def time_step(step, synchronize, warmup=3, repeats=10):
+        for _ in range(warmup) if warm else ():
+            step()
+        synchronize()
         samples = []
         for _ in range(repeats):
             t0 = time.perf_counter()
             step()
-            synchronize()
+            if sync:
+                synchronize()
             samples.append(time.perf_counter() - t0)
-        return sum(samples) / len(samples)
+        synchronize()
+        value = statistics.median(samples) if median else sum(samples) / len(samples)
+        return scale * value
 
-    assert fails(lesson.check_step_timer, mean_cold) == "failed"
+    return time_step
 
 
-def test_step_timer_check_fails_milliseconds_instead_of_seconds():
-    def in_ms(step, synchronize, warmup=3, repeats=10):
-        return 1e3 * lesson.reference_time_step(step, synchronize, warmup, repeats)
+def total_over_repeats(step, synchronize, warmup=3, repeats=10):
+    """A valid alternative: one timed block of `repeats` calls, divided (as timeit does)."""
+    for _ in range(warmup):
+        step()
+    synchronize()
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        step()
+    synchronize()
+    return (time.perf_counter() - t0) / repeats
 
-    assert fails(lesson.check_step_timer, in_ms) == "failed"
+
+def test_step_timer_check_passes_the_reference():
+    assert lesson.check_step_timer(lesson.reference_time_step).status == "passed"
+
+
+def test_step_timer_check_passes_one_timed_block_divided_by_repeats():
+    assert lesson.check_step_timer(total_over_repeats).status == "passed"
+
+
+@pytest.mark.parametrize(
+    ("wrong", "cause"),
+    [
+        (timer(sync=False), "measured the launch, not the work"),
+        (timer(warm=False), "one-off cost of the first 4 calls"),
+        (timer(warm=False, median=False), "before timing"),
+        (timer(scale=1e3), "that is milliseconds"),
+    ],
+    ids=["no-sync", "no-warm-up-median", "no-warm-up-mean", "ms"],
+)
+def test_step_timer_check_fails_and_names_the_mistake(wrong, cause):
+    exc = failure(lesson.check_step_timer, wrong)
+    assert exc.status == "failed"
+    assert cause in exc.summary
 
 
 def test_step_timer_check_reports_not_attempted():
-    assert fails(lesson.check_step_timer, not_attempted) == "not-attempted"
+    assert failure(lesson.check_step_timer, not_attempted).status == "not-attempted"
+
+
+def test_step_timer_check_fails_a_timer_that_calls_the_reference():
+    def delegating(step, synchronize, warmup=3, repeats=10):
+        return lesson.reference_time_step(step, synchronize, warmup, repeats)
+
+    exc = failure(lesson.check_step_timer, delegating)
+    assert exc.status == "failed" and "reference answer" in exc.summary
 
 
 def test_naive_timer_misses_queued_work():
-    step, synchronize = lesson.make_async_step(step_s=0.02, first_call_s=0.0)
+    step, synchronize = lesson.make_async_step(step_s=0.02, slow_calls=0)
     assert lesson.naive_time(step, repeats=3) < 0.005
     synchronize()
 
@@ -58,70 +94,172 @@ def test_naive_timer_misses_queued_work():
 # --- exercise 2: bytes saved for backward -------------------------------------------------
 
 
-def counting_every_save(forward):
-    total = 0
+def counter(*, params=False, dedup="storage", size="storage", skip_scalars=False):
+    """saved_tensors_hooks counting with one choice switched."""
 
-    def pack(t):
-        nonlocal total
-        base = t if t._base is None else t._base
-        if not (base.is_leaf and base.requires_grad):
-            total += t.untyped_storage().nbytes()
-        return t
+    def saved_bytes(forward):
+        seen, total = {}, 0
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        forward()
-    return total
+        def pack(t):
+            nonlocal total
+            base = t if t._base is None else t._base
+            is_param = (
+                (t.is_leaf and t.requires_grad)
+                if params == "leaf-only"
+                else (base.is_leaf and base.requires_grad)
+            )
+            if (params is True or not is_param) and not (skip_scalars and t.dim() == 0):
+                nbytes = t.untyped_storage().nbytes() if size == "storage" else t.nbytes
+                key = t.untyped_storage().data_ptr() if dedup == "storage" else t.data_ptr()
+                seen[key] = nbytes
+                total += nbytes
+            return t
 
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            forward()
+        return sum(seen.values()) if dedup else total
 
-def counting_parameters_too(forward):
-    seen = {}
-
-    def pack(t):
-        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        forward()
-    return sum(seen.values())
-
-
-def test_activation_check_passes_the_harness_method():
-    assert lesson.check_activation_bytes(activation_bytes).status == "passed"
+    return saved_bytes
 
 
-@pytest.mark.parametrize("wrong", [counting_every_save, counting_parameters_too])
-def test_activation_check_fails_double_counting_and_parameters(wrong):
-    assert fails(lesson.check_activation_bytes, wrong) == "failed"
+@pytest.mark.parametrize(
+    "valid",
+    [lesson.reference_saved_bytes, counter(skip_scalars=True)],
+    ids=["storage-once", "ignores-autograds-saved-scalar"],
+)
+def test_activation_check_passes_valid_counts(valid):
+    assert lesson.check_activation_bytes(valid).status == "passed"
 
 
-def test_activation_check_reports_error_for_a_crashing_answer():
-    assert fails(lesson.check_activation_bytes, lambda forward: 1 / 0) == "error"
+@pytest.mark.parametrize(
+    ("wrong", "cause"),
+    [
+        (counter(dedup=None, size="tensor"), "counted twice"),
+        (counter(dedup=None), "counted twice"),
+        (counter(params=True), "parameters were counted"),
+        (counter(params="leaf-only"), "parameters were counted"),
+        (counter(dedup="tensor", size="tensor"), "too few bytes"),
+        (counter(dedup="tensor"), "counted twice"),
+    ],
+    ids=[
+        "every-save-counted",
+        "every-save-counted-as-storage",
+        "parameters-counted",
+        "transposed-weight-views-counted",
+        "keyed-by-tensor-address",
+        "storage-size-keyed-by-tensor-address",
+    ],
+)
+def test_activation_check_fails_and_names_the_mistake(wrong, cause):
+    exc = failure(lesson.check_activation_bytes, wrong)
+    assert exc.status == "failed"
+    assert cause in exc.summary
+
+
+def test_activation_check_reports_error_and_not_attempted():
+    assert failure(lesson.check_activation_bytes, lambda forward: 1 / 0).status == "error"
+    assert failure(lesson.check_activation_bytes, not_attempted).status == "not-attempted"
+
+
+def test_activation_scenarios_separate_the_counting_strategies():
+    """Each scenario must make the mistakes visible: views, double saves, parameters."""
+    for name, forward in lesson.activation_cases().items():
+        right = lesson.reference_saved_bytes(forward)
+        assert counter(dedup=None, size="tensor")(forward) >= 1.15 * right, name
+    mlp, attention = lesson.activation_cases().values()
+    assert counter(params=True)(mlp) > 5 * lesson.reference_saved_bytes(mlp)
+    assert counter(dedup="tensor", size="tensor")(attention) < 0.9 * lesson.reference_saved_bytes(
+        attention
+    )
 
 
 # --- exercise 3: FLOPs of a training step ---------------------------------------------------
 
 
-def reference_flops(batch, dims):
-    layers = list(zip(dims[:-1], dims[1:], strict=True))
-    return sum(6 * batch * a * b for a, b in layers) - 2 * batch * layers[0][0] * layers[0][1]
-
-
 def test_flops_check_passes_the_exact_count():
-    assert lesson.check_train_flops(reference_flops).status == "passed"
+    assert lesson.check_train_flops(lesson.reference_train_flops).status == "passed"
+
+
+def layers(d):
+    return list(zip(d[:-1], d[1:], strict=True))
 
 
 @pytest.mark.parametrize(
-    "wrong",
+    ("wrong", "cause"),
     [
-        lambda b, d: sum(
-            6 * b * x * y for x, y in zip(d[:-1], d[1:], strict=True)
-        ),  # input grad of layer 1
-        lambda b, d: sum(
-            4 * b * x * y for x, y in zip(d[:-1], d[1:], strict=True)
-        ),  # backward = forward
-        lambda b, d: sum(2 * b * x * y for x, y in zip(d[:-1], d[1:], strict=True)),  # forward only
+        (lambda b, d: sum(6 * b * x * y for x, y in layers(d)), "first layer's input gradient"),
+        (lambda b, d: sum(4 * b * x * y for x, y in layers(d)), "it runs two"),
+        (lambda b, d: sum(2 * b * x * y for x, y in layers(d)), "forward only"),
+        (
+            lambda b, d: (
+                lesson.reference_train_flops.__wrapped__(b, d) + sum(b * y for _, y in layers(d))
+            ),
+            "biases were counted",
+        ),
     ],
-    ids=["first-layer-input-grad", "backward-equals-forward", "forward-only"],
+    ids=["first-layer-input-grad", "backward-equals-forward", "forward-only", "biases"],
 )
-def test_flops_check_fails_common_miscounts(wrong):
-    assert fails(lesson.check_train_flops, wrong) == "failed"
+def test_flops_check_fails_and_names_the_miscount(wrong, cause):
+    exc = failure(lesson.check_train_flops, wrong)
+    assert exc.status == "failed" and cause in exc.summary
+
+
+def test_flops_check_reports_not_attempted():
+    assert failure(lesson.check_train_flops, not_attempted).status == "not-attempted"
+
+
+# --- exercise 4: where the time goes --------------------------------------------------------
+
+
+def profiled(step):
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    return prof
+
+
+def by_self_time_table(step):
+    """A valid alternative: warm up, read the first row of the table sorted by self time."""
+    step()
+    table = profiled(step).key_averages().table(sort_by="self_cpu_time_total", row_limit=1)
+    return table.splitlines()[3].split()[0]
+
+
+def by_total_time(step):
+    return max(profiled(step).key_averages(), key=lambda e: e.cpu_time_total).key
+
+
+def slowest_single_call(step):
+    return max(profiled(step).events(), key=lambda e: e.self_cpu_time_total).name
+
+
+def first_row(step):
+    return profiled(step).key_averages()[0].key
+
+
+@pytest.mark.parametrize("valid", [lesson.reference_slowest_op, by_self_time_table])
+def test_slowest_op_check_passes_self_time_answers(valid):
+    assert lesson.check_slowest_op(valid).status == "passed"
+
+
+@pytest.mark.parametrize(
+    ("wrong", "cause"),
+    [
+        (by_total_time, "total* time includes everything"),
+        (slowest_single_call, "slowest one by one"),
+        (lambda step: "aten::addmm", "measure rather than guess"),
+        (first_row, "self time"),
+        (lambda step: "matmul", "no operator named"),
+    ],
+    ids=["sorted-by-total-time", "slowest-single-call", "guessed-matmul", "first-row", "not-a-key"],
+)
+def test_slowest_op_check_fails_and_names_the_mistake(wrong, cause):
+    exc = failure(lesson.check_slowest_op, wrong)
+    assert exc.status == "failed" and cause in exc.summary
+
+
+def test_slowest_op_check_rejects_a_row_object_and_reports_not_attempted():
+    assert (
+        "a string"
+        in failure(lesson.check_slowest_op, lambda s: profiled(s).key_averages()[0]).summary
+    )
+    assert status_of(lesson.check_slowest_op, not_attempted) == "not-attempted"

@@ -1,0 +1,45 @@
+"""Lesson 00, measuring honestly: timing asynchronous work, bytes saved for backward, FLOPs,
+and where the time goes (torch.profiler). See demo (workloads), reference (answers) and
+checks (the graded checks and their thresholds)."""
+
+from .checks import (
+    THRESHOLDS,
+    check_activation_bytes,
+    check_slowest_op,
+    check_step_timer,
+    check_train_flops,
+)
+from .demo import (
+    activation_cases,
+    cuda_event_ms,
+    hidden_op_steps,
+    make_async_step,
+    memory_snapshot,
+    naive_time,
+    profile_step,
+)
+from .reference import (
+    reference_saved_bytes,
+    reference_slowest_op,
+    reference_time_step,
+    reference_train_flops,
+)
+
+__all__ = [
+    "THRESHOLDS",
+    "activation_cases",
+    "check_activation_bytes",
+    "check_slowest_op",
+    "check_step_timer",
+    "check_train_flops",
+    "cuda_event_ms",
+    "hidden_op_steps",
+    "make_async_step",
+    "memory_snapshot",
+    "naive_time",
+    "profile_step",
+    "reference_saved_bytes",
+    "reference_slowest_op",
+    "reference_time_step",
+    "reference_train_flops",
+]

@@ -1,0 +1,171 @@
+"""Lesson 00's workloads: a simulated asynchronous device, forward passes whose saved tensors
+are worth counting, training steps with a hidden slow operator, and the CUDA-only tools.
+
+A CPU runs kernels synchronously, so on a laptop a timer without synchronisation happens to
+be right and a learner could never see the mistake. `SimulatedAccelerator` makes it visible
+on any machine: like a CUDA stream it queues work on a background thread and returns at
+once, and only `synchronize()` waits for the queue to drain.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from ...device import SimulatedAccelerator
+from ...models import MLP
+
+
+def make_async_step(
+    step_s: float = 0.03, slow_calls: int = 4, slow_s: float = 0.15
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    """A training step on a SimulatedAccelerator: `step_s` of queued work per call, and
+    `slow_s` more on each of the first `slow_calls` calls. One-off costs rarely end after one
+    call: cuDNN autotuning (`cudnn.benchmark`) tries algorithms per new shape, `torch.compile`
+    compiles on first use and again on recompiles, the caching allocator grows over the first
+    steps. Returns (step, synchronize)."""
+    device, calls = SimulatedAccelerator(), [0]
+
+    def step() -> None:
+        calls[0] += 1
+        device.launch(step_s + (slow_s if calls[0] <= slow_calls else 0.0))
+
+    return step, device.synchronize
+
+
+def naive_time(step: Callable[[], None], repeats: int = 10) -> float:
+    """How timing usually goes wrong: no warm-up, no synchronisation, a mean."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return sum(times) / len(times)
+
+
+# --- forward passes whose saved-for-backward bytes the activation check compares ----------
+
+
+class ChunkedAttention(nn.Module):
+    """Attention-like block: q, k, v and a gate are *views* (chunks) of one activation, and
+    autograd saves the whole activation (tanh) as well as three of its views (the matmuls)."""
+
+    def __init__(self, dim: int = 32, width: int = 128, out: int = 10):
+        super().__init__()
+        self.fc, self.out = nn.Linear(dim, width), nn.Linear(width // 4, out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = torch.tanh(self.fc(x))
+        q, k, v, _gate = a.chunk(4, dim=-1)
+        weights = (q @ k.transpose(-1, -2)).softmax(-1)
+        return self.out(weights @ v).sum()
+
+
+def activation_cases() -> dict[str, Callable[[], torch.Tensor]]:
+    """Forward passes chosen so that each counting mistake changes the total by >= 15%:
+    a small batch through large weights (parameters counted), ReLU outputs saved by two ops
+    (double counting), and views of one storage at several offsets (views)."""
+    torch.manual_seed(0)
+    mlp, attention = MLP(dim=64, hidden=256, depth=3), ChunkedAttention()
+    x_mlp, y_mlp = torch.randn(8, 64), torch.randint(0, 10, (8,))
+    x_att = torch.randn(4, 16, 32)
+    return {
+        "MLP(64->256 x3) + cross-entropy, batch 8": lambda: F.cross_entropy(mlp(x_mlp), y_mlp),
+        "attention over chunked views, batch 4x16": lambda: attention(x_att),
+    }
+
+
+# --- training steps with one operator that dominates self time ---------------------------
+
+
+def hidden_op_steps() -> dict[str, Callable[[], None]]:
+    """Training steps of small models where one operator takes most of the time, and it is
+    not the one a reader would guess (the matmuls), nor the one with the largest total time
+    (the `train_step` range that contains everything), nor the single slowest call."""
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 10))
+    x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+    scores = torch.randn(300_000)
+    wide, xw, series = nn.Linear(1024, 1024), torch.randn(256, 1024), torch.randn(65_536)
+    conv, images = nn.Conv2d(3, 16, 3, padding=1), torch.randn(16, 3, 32, 32)
+
+    def sorted_regulariser() -> None:
+        with record_function("train_step"):
+            loss = F.cross_entropy(mlp(x), y)
+            with record_function("regulariser"):
+                top = scores.sort().values[-10:].sum()  # a full sort to read ten values
+            (loss + 0 * top).backward()
+
+    def many_small_calls() -> None:
+        with record_function("train_step"):
+            h = wide(xw)
+            for _ in range(600):  # a Python loop of cheap calls adds up
+                running = series.cumsum(0)
+            (h.square().mean() + 0 * running[-1]).backward()
+
+    def resize_in_the_step() -> None:
+        with record_function("train_step"):
+            with record_function("augment"):
+                big = F.interpolate(images, size=(256, 256), mode="bicubic", align_corners=False)
+                small = F.avg_pool2d(big, 8)
+            conv(small).square().mean().backward()
+
+    return {
+        "a full sort in the loss": sorted_regulariser,
+        "600 cheap calls in a loop": many_small_calls,
+        "resizing inside the step": resize_in_the_step,
+    }
+
+
+# --- where the time goes: torch.profiler and the CUDA-only tools --------------------------
+
+
+def profile_step(step: Callable[[], None], *, warmup: int = 1) -> profile:
+    """Profile one call of `step()` after `warmup` calls (first calls pay one-off costs).
+    CUDA activity is recorded too where there is a GPU."""
+    for _ in range(warmup):
+        step()
+    activities = [ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        step()
+    return prof
+
+
+def cuda_event_ms(fn: Callable[[], object], repeats: int = 10) -> list[float]:
+    """Milliseconds per call measured by CUDA events, recorded on the stream around each call:
+    the GPU's own clock, no host synchronisation inside the timed region."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("CUDA events need a CUDA device")
+    pairs = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(repeats)
+    ]
+    for start, end in pairs:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) for start, end in pairs]
+
+
+def memory_snapshot(fn: Callable[[], object], path: str | Path = "memory_snapshot.pickle") -> Path:
+    """Record every CUDA allocation (with its stack) while `fn()` runs and dump the snapshot;
+    drag the file onto https://pytorch.org/memory_viz to see memory over time."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("the memory snapshot records the CUDA caching allocator")
+    torch.cuda.memory._record_memory_history(max_entries=100_000)
+    try:
+        fn()
+        torch.cuda.synchronize()
+        torch.cuda.memory._dump_snapshot(str(path))
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    return Path(path)

@@ -1,0 +1,206 @@
+"""What lesson 01's checks measure and how they read it: the sweep a range test really
+applied, its smoothing, the schedule an optimizer really followed, and the first step of an
+optimizer decoded into "decayed how much, and how". The checks in checks.py turn these into
+graded parts."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import OneCycleLR
+from torch.utils.data import DataLoader, TensorDataset
+
+from ...session import seed_everything
+from .demo import LossRecorder, StepRecorder, adamw, batch_stream, decoded, fresh_model
+
+RANGE_SWEEP = dict(start_lr=1e-6, end_lr=100.0, num_steps=100, beta=0.9, blowup=4.0)
+CHECK_TRAIN_IMAGES, CHECK_TEST_IMAGES = 4000, 1000  # the notebook's quick sizes: one decode
+RANGE_WIDTH = 16
+
+# --- the range test ----------------------------------------------------------------------------
+
+
+def fmt_list(xs, k: int = 3) -> str:
+    head = ", ".join(f"{x:.3g}" for x in xs[:k])
+    return f"[{head}{', ...' if len(xs) > k else ''}] ({len(xs)} values)"
+
+
+def geometric(lrs: list[float], start: float, end: float, n: int) -> tuple[bool, str]:
+    """Is `lrs` an exponential sweep from `start` towards `end` in n - 1 (or n) steps?"""
+    if len(lrs) < 3:
+        return False, f"the sweep returned only {len(lrs)} learning rates"
+    arr = np.asarray(lrs, dtype=float)
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        return False, "the learning rates must be positive numbers"
+    ratios = arr[1:] / arr[:-1]
+    lo, hi = (end / start) ** (1 / n), (end / start) ** (1 / (n - 1))
+    if not math.isclose(arr[0], start, rel_tol=1e-3):
+        return False, f"the sweep starts at {arr[0]:.3g}, not at start_lr={start:.3g}"
+    if np.all(np.abs(np.diff(arr) - (arr[1] - arr[0])) <= 1e-6 * arr.max()):
+        return False, (
+            "the learning rate grows by a constant amount each step (a linear sweep spends "
+            "almost every step at the largest rates): multiply it by a constant factor instead"
+        )
+    if not (np.all(ratios >= lo * (1 - 1e-6)) and np.all(ratios <= hi * (1 + 1e-6))):
+        return False, (
+            f"step-to-step ratios range {ratios.min():.4g}..{ratios.max():.4g}; an exponential "
+            f"sweep from {start:g} to {end:g} in {n} steps multiplies the lr by {hi:.4g}"
+        )
+    return True, f"{len(arr)} learning rates, each {ratios.mean():.4g}x the one before"
+
+
+def smoothing(
+    raw: list[float], smoothed: list[float], beta: float, limit: float
+) -> tuple[bool, str]:
+    """Judge the returned losses against the raw loss of each optimizer step."""
+    if not raw:
+        return False, "loss_fn was never called: compute the loss with the loss_fn passed in"
+    if abs(len(smoothed) - len(raw)) > 1 or len(smoothed) < 3:
+        return False, f"got {len(smoothed)} losses for {len(raw)} optimizer steps: one per step"
+    k = min(len(raw), len(smoothed))
+    raw_a, sm = np.asarray(raw[:k], dtype=float), np.asarray(smoothed[:k], dtype=float)
+    if not math.isclose(sm[0], raw_a[0], rel_tol=0.25):
+        if math.isclose(sm[0], (1 - beta) * raw_a[0], rel_tol=0.3):
+            why = (
+                "a moving average started at 0 gives (1 - beta) x the loss at first: divide "
+                "by 1 - beta**t (bias correction) or start the average at the first loss"
+            )
+        else:
+            why = "the smoothed curve must start where the loss starts"
+        return (
+            False,
+            f"the first smoothed loss is {sm[0]:.3g}, the first loss {raw_a[0]:.3g}: {why}",
+        )
+    finite = np.isfinite(sm) & np.isfinite(raw_a)
+    finite[-1] = False  # the point that blew up may be anything
+    tv_raw = np.abs(np.diff(raw_a[finite])).sum()
+    tv_sm = np.abs(np.diff(sm[finite])).sum()
+    if tv_raw > 0 and tv_sm > limit * tv_raw:
+        return False, (
+            f"the returned losses zig-zag almost as much as the raw ones (total variation "
+            f"{tv_sm:.3g} vs {tv_raw:.3g}): return an exponential moving average of the loss"
+        )
+    return True, f"smoothed: total variation {tv_sm:.3g} against {tv_raw:.3g} for the raw losses"
+
+
+def run_range_test(lr_range_test: Callable, seed: int = 0, width: int | None = None):
+    """Run a range test as the check does: (lrs, losses, StepRecorder with raw losses)."""
+    x, y, _, _ = decoded("offline", CHECK_TRAIN_IMAGES, CHECK_TEST_IMAGES)
+    model = fresh_model(width=width or RANGE_WIDTH, seed=seed)
+    optimizer, loss_fn = adamw(model, RANGE_SWEEP["start_lr"]), LossRecorder()
+    recorder = StepRecorder(optimizer, loss_fn.values)
+    try:
+        lrs, losses = lr_range_test(
+            model, optimizer, batch_stream(x, y, seed=seed), loss_fn, **RANGE_SWEEP
+        )
+    finally:
+        recorder.remove()
+    return [float(v) for v in lrs], [float(v) for v in losses], recorder
+
+
+# --- the one-cycle schedule --------------------------------------------------------------------
+ONE_CYCLE_CASES = (("SGD", 0.5), ("AdamW", 0.01))  # (optimizer, max_lr)
+# 300 items in batches of 32: len(loader) = 10, but len(dataset) // 32 = 9 (a common mistake)
+ONE_CYCLE_EPOCHS, ONE_CYCLE_ITEMS, ONE_CYCLE_BATCH = 3, 300, 32
+
+
+def _optimizer(kind: str, params, lr: float) -> torch.optim.Optimizer:
+    if kind == "SGD":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    return torch.optim.AdamW(params, lr=lr)
+
+
+def reference_schedule(kind: str, max_lr: float, total: int) -> tuple[list[float], list[float]]:
+    """lr and momentum/beta1 that OneCycleLR (defaults) gives at each of `total` steps."""
+    optimizer = _optimizer(kind, [nn.Parameter(torch.zeros(1))], max_lr)
+    scheduler = OneCycleLR(optimizer, max_lr=max_lr, total_steps=total)
+    recorder = StepRecorder(optimizer)
+    for _ in range(total):
+        optimizer.step()
+        scheduler.step()
+    return recorder.lr, recorder.momentum
+
+
+def schedule_diagnosis(lrs: np.ndarray, ref_lr: np.ndarray, max_lr: float) -> str:
+    """Why a recorded lr schedule differs from OneCycleLR's defaults, from its shape."""
+    start_ratio = max_lr / lrs[0] if lrs[0] > 0 else math.inf
+    if np.allclose(lrs[:-1], ref_lr[1:], rtol=1e-6):
+        return "it runs one step ahead: call scheduler.step() after optimizer.step(), not before"
+    if not math.isclose(start_ratio, 25, rel_tol=1e-3):
+        return f"it starts at max_lr/{start_ratio:.3g}; the default (div_factor=25) is max_lr/25"
+    if not math.isclose(lrs.max(), max_lr, rel_tol=1e-3):
+        return f"it peaks at {lrs.max():.3g}, never reaching max_lr={max_lr:g}: too many steps"
+    if not math.isclose(lrs[-1], ref_lr[-1], rel_tol=1e-2):
+        return f"it ends at {lrs[-1]:.3g}, not about {ref_lr[-1]:.3g}: it does not end with the run"
+    return "its shape differs from OneCycleLR's defaults (pct_start=0.3, cosine annealing)"
+
+
+def record_fit(fit_one_cycle: Callable, kind: str, max_lr: float):
+    """Run the learner's loop on a small problem: (recorder, total steps, len(loader), error
+    message if the scheduler ran out of steps)."""
+    seed_everything(0)
+    n = ONE_CYCLE_ITEMS
+    dataset = TensorDataset(torch.randn(n, 20), torch.randint(0, 5, (n,)))
+    loader = DataLoader(dataset, batch_size=ONE_CYCLE_BATCH, shuffle=True)
+    model = nn.Linear(20, 5)
+    optimizer = _optimizer(kind, model.parameters(), max_lr)
+    recorder, ran_out = StepRecorder(optimizer), ""
+    try:
+        fit_one_cycle(
+            model,
+            optimizer,
+            loader,
+            epochs=ONE_CYCLE_EPOCHS,
+            max_lr=max_lr,
+            loss_fn=nn.CrossEntropyLoss(),
+        )
+    except ValueError as exc:
+        if "Tried to step" not in str(exc):
+            raise
+        ran_out = str(exc).strip()
+    finally:
+        recorder.remove()
+    return recorder, ONE_CYCLE_EPOCHS * len(loader), len(loader), ran_out
+
+
+# --- the optimizer's first step, decoded -------------------------------------------------------
+
+
+def first_step_kinds(
+    optimizer, model: nn.Module, lr: float, weight_decay: float
+) -> dict[str, tuple[str, float]]:
+    """Step once with known gradients (|g| in [0.01, 0.1]) and explain each parameter's change.
+
+    Adam's first update is lr * g / (|g| + eps) whatever the betas, so each change is one of:
+    'decoupled' (the weights also shrank by lr * wd: AdamW), 'none' (no decay), 'L2' (wd * p
+    joined the gradient: Adam's weight_decay), or 'other' (not an Adam step at this lr).
+    Returns {name: (kind, implied decay)}."""
+    gen = torch.Generator().manual_seed(0)
+    before, grads = {}, {}
+    for name, p in model.named_parameters():
+        mag = 0.01 + 0.09 * torch.rand(p.shape, generator=gen)
+        sign = torch.randint(0, 2, p.shape, generator=gen) * 2 - 1
+        grads[name], before[name] = (mag * sign).to(p.dtype), p.detach().clone()
+        p.grad = grads[name].clone()
+    optimizer.step()
+    kinds = {}
+    for name, p in model.named_parameters():
+        p0, g, p1 = before[name].double(), grads[name].double(), p.detach().double()
+        adam = p0 - lr * g / (g.abs() + 1e-8)
+        if torch.allclose(p1, adam, rtol=1e-5, atol=2e-6):
+            kinds[name] = ("none", 0.0)
+            continue
+        implied = float(((adam - p1) * p0).sum() / (lr * (p0 * p0).sum()))
+        if torch.allclose(p1, adam - lr * implied * p0, rtol=1e-5, atol=2e-6):
+            kinds[name] = ("decoupled", implied)
+            continue
+        g_l2 = g + weight_decay * p0
+        if torch.allclose(p1, p0 - lr * g_l2 / (g_l2.abs() + 1e-8), rtol=1e-5, atol=2e-6):
+            kinds[name] = ("L2", weight_decay)
+        else:
+            kinds[name] = ("other", implied)
+    return kinds
