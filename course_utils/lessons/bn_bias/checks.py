@@ -1,0 +1,293 @@
+"""Lesson 09's graded checks: redundant biases removed (and only those), a speed verdict that
+respects the noise, and conv+BN fusion for inference."""
+
+from __future__ import annotations
+
+import copy
+import random
+import statistics
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from ...checks import Threshold, at_least, at_most, check, correct, retry_measure
+from ...device import device_class
+from ...models import count_parameters
+from . import demo
+
+THRESHOLDS = {
+    "bn_ops_left": Threshold(
+        4,
+        evidence="scenario_model by construction: 7 BNs, of which ReluThenBn's, AddThenBn's, "
+        "BnThenConv's and the BatchNorm1d cannot fold into a conv (3 fold); counted by "
+        "TorchFunctionMode, torch 2.14 CPU and 2.11 H200",
+    ),
+    "output_atol": Threshold(
+        1e-4, evidence="removing or fusing exactly moves outputs by < 2e-6 (float32, CPU, n=20)"
+    ),
+    "fusion_speedup": Threshold(
+        1.15,
+        evidence="fused vs unfused eval forward of pointwise_net(4, 8) at 8x3x128x128, 1 thread, "
+        "samples >= 0.1 s: median pair ratio 1.59 (pairs 1.41-1.82; cpu-bf16, 2 cores at load "
+        "~10, n=10 pairs); with 1 ms samples the pairs ranged 0.03-15 at that load. "
+        "cuda-tensorcore (H200, torch 2.11): 1.36x in the check; 1.39x, pairs 0.99-2.14, n=20",
+    ),
+}
+
+
+# --- exercise 1: remove the redundant biases ------------------------------------------------
+
+
+def _biases(model: nn.Module) -> set[str]:
+    return {
+        name
+        for name, m in model.named_modules()
+        if isinstance(m, nn.Linear | nn.Conv2d) and isinstance(m.bias, nn.Parameter)
+    }
+
+
+def _outputs(model: nn.Module, x: torch.Tensor, train: bool) -> torch.Tensor:
+    with torch.no_grad():
+        return copy.deepcopy(model).train(train)(x)
+
+
+def _differ(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max())
+
+
+@check(
+    "09-remove-biases",
+    points=3,
+    hint="A bias is redundant only if the layer's output goes straight into a BatchNorm and "
+    "nowhere else. Module order cannot tell you (blocks register modules in any order): watch "
+    "a train-mode forward with hooks, or perturb the bias and see if the output moves. Fold the "
+    "bias into the BN's running_mean (running_mean -= bias) so eval outputs stay the same.",
+)
+def check_remove_biases(remove_redundant_biases):
+    model, x = demo.scenario_model(), demo.scenario_input()
+    before_train, before_eval = _outputs(model, x, True), _outputs(model, x, False)
+    n_before, had = count_parameters(model), _biases(model)
+    result = remove_redundant_biases(model, demo.scenario_input(2))
+    model = result if isinstance(result, nn.Module) else model
+    removed = had - _biases(model)
+    saved = n_before - count_parameters(model)
+    truth = demo.REDUNDANT
+    want = sum(demo.scenario_model().get_submodule(n).bias.numel() for n in truth)
+    wrong = sorted(removed - set(truth))
+    missed = sorted(set(truth) - removed)
+    zeroed = [n for n in missed if not model.get_submodule(n).bias.detach().any()]
+    why = "exactly the biases BN cancels"
+    if zeroed:
+        why = f"zeroed but still parameters: {zeroed}; remove them (module.bias = None)"
+    elif wrong or missed:
+        why = f"removed but needed: {wrong or 'none'}; redundant but kept: {missed or 'none'}"
+    parts = [
+        correct(
+            "parameters saved",
+            saved == want and not wrong,
+            f"{saved} saved, {want} expected: {why}",
+            value=float(saved),
+            threshold=float(want),
+        )
+    ]
+    atol = THRESHOLDS["output_atol"].value
+    train_gap = _differ(_outputs(model, x, True), before_train)
+    parts.append(
+        at_most(
+            "train-mode output",
+            train_gap,
+            atol,
+            "largest change of the train-mode output (a removed bias that did not only feed a BN?)",
+        )
+    )
+    eval_gap = _differ(_outputs(model, x, False), before_eval)
+    parts.append(
+        at_most(
+            "eval-mode output",
+            eval_gap,
+            atol,
+            "largest change of the eval-mode output (bias folded into running_mean? BN statistics "
+            "touched by a train-mode probe? a layer unused in training?)",
+        )
+    )
+    return parts
+
+
+# --- exercise 2: is it inside the noise? ----------------------------------------------------
+
+
+def _synthetic(seed: int, kind: str) -> list[float]:
+    rng = random.Random(seed)
+    if kind == "noisy, no effect":
+        return [rng.gauss(1.0, 0.15) for _ in range(16)]
+    if kind == "median 1.1, wide spread":
+        return [rng.uniform(0.6, 1.6) for _ in range(12)]
+    if kind == "no effect, one 20x outlier":
+        return [rng.gauss(1.0, 0.02) for _ in range(15)] + [20.0]
+    if kind == "1.5x faster":
+        return [rng.gauss(1.5, 0.1) for _ in range(16)]
+    return [1 / rng.gauss(1.5, 0.1) for _ in range(16)]  # 1.5x slower
+
+
+SCENARIOS = {
+    "noisy, no effect": "no effect",
+    "median 1.1, wide spread": "no effect",
+    "no effect, one 20x outlier": "no effect",
+    "1.5x faster": "faster",
+    "1.5x slower": "slower",
+}
+
+
+def _clear(ratios: list[float], truth: str) -> bool:
+    """Is the truth plain in these ratios, whatever sound rule reads them? A burst of load can
+    blur one measurement; the harness then measures again rather than grade on it."""
+    q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    above = sum(r > 1 for r in ratios) / len(ratios)
+    if truth == "faster":
+        return q1 > 1.15 and above > 0.85
+    return q1 < 1 < q3 and 0.3 <= above <= 0.7
+
+
+_MEASURED: dict[str, list[float]] = {}  # the machine, measured once per session
+
+
+def _measured(truth: str, measure) -> list[float]:
+    """Real ratios whose truth the harness knows, remeasured (up to 3 times) until clear."""
+    if truth not in _MEASURED:
+        box: list[list[float]] = []
+
+        def once() -> float:
+            box.append(measure())
+            return float(_clear(box[-1], truth))
+
+        retry_measure(once, ok=bool)
+        _MEASURED[truth] = box[-1]
+    return _MEASURED[truth]
+
+
+def _verdict_part(speed_verdict, name: str, ratios: list[float], truth: str):
+    got = speed_verdict(list(ratios))
+    q = sorted(ratios)
+    return correct(
+        name,
+        got == truth,
+        f"you said {got!r}, the truth is {truth!r} (ratios {q[0]:.2f}..{q[-1]:.2f}, "
+        f"median {q[len(q) // 2]:.2f}, n={len(q)})",
+    )
+
+
+@check(
+    "09-speed-verdict",
+    points=2,
+    hint="Judge the spread of the pair ratios, not only their middle: claim 'faster' only if "
+    "most pairs agree (e.g. the lower quartile is above 1), 'slower' if the upper quartile "
+    "is below 1, else 'no effect'. The mean is at the mercy of one outlier.",
+)
+def check_speed_verdict(speed_verdict):
+    parts = [
+        _verdict_part(speed_verdict, name, _synthetic(i, name), truth)
+        for i, (name, truth) in enumerate(SCENARIOS.items())
+    ]
+    if any(p.status == "failed" for p in parts):
+        return [*parts, correct("measured cases", False, "not measured: fix the cases above first")]
+    measured = {
+        "measured: identical steps": ("no effect", demo.equal_work_ratios),
+        "measured: 1.5x less work": ("faster", demo.real_speedup_ratios),
+    }
+    for name, (truth, measure) in measured.items():
+        parts.append(_verdict_part(speed_verdict, name, _measured(truth, measure), truth))
+    return parts
+
+
+# --- exercise 3: fuse conv+BN for inference -------------------------------------------------
+
+
+class _CountBatchNorm(TorchFunctionMode):
+    """Counts batch-norm calls however they are made (module or functional)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if "batch_norm" in getattr(func, "__name__", ""):
+            self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def batch_norm_calls(model: nn.Module, x: torch.Tensor) -> int:
+    counter = _CountBatchNorm()
+    with torch.no_grad(), counter:
+        model(x)
+    return counter.calls
+
+
+@check(
+    "09-fuse",
+    points=2,
+    hint="Work on copy.deepcopy(model).eval(): fuse_conv_bn_eval refuses train mode. Fuse only "
+    "a conv whose output goes straight into the BN, replace that BN by nn.Identity(), and keep "
+    "the training model as it was.",
+)
+def check_fuse(fuse_for_inference):
+    model, x = demo.scenario_model(), demo.scenario_input()
+    state = copy.deepcopy(model.state_dict())
+    want = _outputs(model, x, False)
+    fused = fuse_for_inference(model, demo.scenario_input(2))
+    untouched = (
+        model.training
+        and all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())
+        and set(state) == set(model.state_dict())
+    )
+    parts = [
+        correct(
+            "training model kept",
+            untouched,
+            "unchanged, still in train mode"
+            if untouched
+            else "your function changed the model it was given: fuse a copy (copy.deepcopy)",
+        )
+    ]
+    with torch.no_grad():
+        gap = _differ(fused.eval()(x), want)
+    parts.append(
+        at_most(
+            "eval output", gap, THRESHOLDS["output_atol"].value, "largest change of the eval output"
+        )
+    )
+    calls = batch_norm_calls(fused, x)
+    parts.append(
+        at_most(
+            "batch-norm ops left",
+            calls,
+            THRESHOLDS["bn_ops_left"].value,
+            f"batch-norm calls in one forward (the unfused model makes {batch_norm_calls(model.eval(), x)}; "
+            "each conv -> BN pair fused removes one)",
+        )
+    )
+    model.train()
+    if any(p.status == "failed" for p in parts):
+        return [*parts, correct("inference speed-up", False, "not measured: fix the fusion first")]
+    return [*parts, _fusion_speed(fuse_for_inference)]
+
+
+def _fusion_speed(fuse_for_inference):
+    torch.manual_seed(0)
+    net, x = demo.pointwise_net().eval(), torch.randn(8, 3, 128, 128)
+    fused = fuse_for_inference(net, x)
+    threshold = THRESHOLDS["fusion_speedup"].value
+
+    def measure() -> float:  # fixed repeats, whatever the mode: the threshold was sized on these
+        return demo.inference_comparison(net, fused, x, repeats=10).speedup
+
+    speedup = retry_measure(measure, ok=lambda s: s >= threshold)
+    applies = device_class() != "mps"
+    return at_least(
+        "inference speed-up",
+        speedup,
+        threshold,
+        "fused vs unfused eval forward of a 1x1-conv net (BN is a large share of its time)",
+        applies=applies,
+        reason="fusion speed on Apple GPUs was not measured for this course",
+    )

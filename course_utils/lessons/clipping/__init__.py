@@ -1,0 +1,53 @@
+"""Lesson 08, gradient clipping: what the notebook uses, re-exported."""
+
+from .checks import (
+    THRESHOLDS,
+    check_amp_clipped_step,
+    check_choose_max_norm,
+    check_clipped_step,
+    check_total_norm,
+    synthetic_history,
+)
+from .demo import (
+    RunLog,
+    amp_problem,
+    by_value_step,
+    logging_cost,
+    make_rnn,
+    plot_runs,
+    plot_sweep,
+    rnn_batches,
+    sweep,
+    train_rnn,
+    unclipped_step,
+)
+from .reference import (
+    reference_amp_clipped_step,
+    reference_choose_max_norm,
+    reference_clipped_step,
+    reference_total_norm,
+)
+
+__all__ = [
+    "THRESHOLDS",
+    "RunLog",
+    "amp_problem",
+    "by_value_step",
+    "check_amp_clipped_step",
+    "check_choose_max_norm",
+    "check_clipped_step",
+    "check_total_norm",
+    "logging_cost",
+    "make_rnn",
+    "plot_runs",
+    "plot_sweep",
+    "reference_amp_clipped_step",
+    "reference_choose_max_norm",
+    "reference_clipped_step",
+    "reference_total_norm",
+    "rnn_batches",
+    "sweep",
+    "synthetic_history",
+    "train_rnn",
+    "unclipped_step",
+]

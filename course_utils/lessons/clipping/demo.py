@@ -1,0 +1,242 @@
+"""Lesson 08's workloads: an RNN whose gradients explode, runs with and without clipping,
+the norm history, and what logging a norm costs on an asynchronous device.
+
+The task: read 30 random numbers and output the sum of the first three, so the gradient must
+travel back through the whole sequence. With the recurrent weight an orthogonal matrix times
+1.5 (`SeqRNN(recurrent_scale=1.5)`), backpropagation through time multiplies the gradient by
+up to 1.5 per step, and plain SGD at lr 0.1 diverges (Pascanu et al. 2013, arXiv:1211.5063).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from ...measure import Comparison, compare, steady_cpu
+from ...mode import pick
+from ...models import MLP, SeqRNN
+from .reference import reference_total_norm
+
+SEQ_LEN, REMEMBER, HIDDEN, BATCH = 30, 3, 32, 64
+RECURRENT_SCALE, LR = 1.5, 0.1  # diverges unclipped in ~40 steps (seeds 0-4, torch 2.14 CPU)
+
+Step = Callable[..., object]  # step(model, loss_fn, x, y, optimizer, max_norm) -> norm
+
+
+def rnn_steps() -> int:
+    return pick(quick=150, full=400)
+
+
+def rnn_batches(seed: int = 1) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    while True:
+        x = torch.randn(BATCH, SEQ_LEN, 1, generator=g)
+        yield x, x[:, :REMEMBER, 0].sum(1)
+
+
+def make_rnn(seed: int = 0) -> SeqRNN:
+    torch.manual_seed(seed)
+    return SeqRNN(1, HIDDEN, recurrent_scale=RECURRENT_SCALE)
+
+
+@dataclass
+class RunLog:
+    """One training run: loss and gradient norm (before clipping) per step."""
+
+    label: str
+    max_norm: float | None
+    loss: list[float] = field(default_factory=list)
+    norm: list[float] = field(default_factory=list)
+
+    @property
+    def diverged(self) -> bool:
+        """NaN/inf, or a loss 10x above where it started."""
+        return not math.isfinite(self.loss[-1]) or max(self.loss) > 10 * self.loss[0]
+
+    @property
+    def final_loss(self) -> float:
+        """Mean loss of the last 20 steps (inf if the run diverged to NaN/inf)."""
+        tail = self.loss[-20:]
+        return sum(tail) / len(tail) if all(math.isfinite(v) for v in tail) else math.inf
+
+    @property
+    def clipped_fraction(self) -> float:
+        """Share of steps whose norm was above max_norm, i.e. that clipping changed."""
+        if self.max_norm is None:
+            return 0.0
+        return sum(n > self.max_norm for n in self.norm) / len(self.norm)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "diverged": self.diverged, "final_loss": self.final_loss}
+
+    def __str__(self) -> str:
+        verdict = "DIVERGED" if self.diverged else f"final loss {self.final_loss:.3f}"
+        return (
+            f"{self.label:<28} {len(self.loss):4d} steps, start loss {self.loss[0]:.2f}, {verdict}"
+        )
+
+
+def unclipped_step(model, loss_fn, x, y, optimizer, max_norm=None) -> torch.Tensor:
+    """The baseline: plain SGD; the norm is only measured."""
+    optimizer.zero_grad(set_to_none=True)
+    loss_fn(model(x), y).backward()
+    norm = reference_total_norm(model.parameters())
+    optimizer.step()
+    return norm
+
+
+def by_value_step(model, loss_fn, x, y, optimizer, max_norm) -> torch.Tensor:
+    """The guide's "min(gradient, threshold)": every entry clamped to [-max_norm, max_norm]."""
+    optimizer.zero_grad(set_to_none=True)
+    loss_fn(model(x), y).backward()
+    norm = reference_total_norm(model.parameters())
+    nn.utils.clip_grad_value_(model.parameters(), max_norm)
+    optimizer.step()
+    return norm
+
+
+def train_rnn(
+    step: Step, max_norm: float | None, *, steps: int | None = None, seed: int = 0, label: str = ""
+) -> RunLog:
+    """Train the exploding RNN with `step`; stop early once the loss is NaN/inf."""
+    model, batches = make_rnn(seed), rnn_batches(seed + 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    log = RunLog(label or f"max_norm={max_norm}", max_norm)
+    with steady_cpu(1), _flush_denormal():
+        _train(step, model, batches, optimizer, max_norm, steps or rnn_steps(), log)
+    return log
+
+
+@contextlib.contextmanager
+def _flush_denormal():
+    """A saturating RNN computes with denormal floats, which are 10-100x slower on x86 CPUs;
+    flushing them to zero changes nothing we measure and keeps a diverging run fast."""
+    torch.set_flush_denormal(True)  # PyTorch's default is False, restored below
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)
+
+
+def _train(step, model, batches, optimizer, max_norm, steps: int, log: RunLog) -> None:
+    for _ in tqdm(range(steps), desc=log.label, leave=False):
+        x, y = next(batches)
+        with torch.no_grad():
+            loss = nn.functional.mse_loss(model(x), y)  # before the step, as the step sees it
+        norm = step(model, nn.functional.mse_loss, x, y, optimizer, max_norm)
+        log.loss.append(float(loss))
+        log.norm.append(float(norm) if norm is not None else math.nan)  # None: not returned
+        if not math.isfinite(log.loss[-1]):
+            break
+
+
+def plot_runs(logs: list[RunLog], threshold: float | None = None):
+    """Loss and gradient norm per step (log scale), the chosen threshold as a line."""
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.5))
+    for i, log in enumerate(logs):
+        left.plot(log.loss, label=log.label, color=f"C{i}")
+        right.plot(log.norm, label=log.label, color=f"C{i}", alpha=0.8)
+    if threshold is not None:
+        right.axhline(threshold, color="grey", linestyle="--", label=f"max_norm {threshold:.3g}")
+    left.set(xlabel="step", ylabel="training loss (MSE)", yscale="log", title="loss")
+    right.set(xlabel="step", ylabel="total gradient norm", yscale="log", title="before clipping")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def sweep(step: Step, thresholds: list[float]) -> list[RunLog]:
+    """One run per threshold: the final loss, and how often clipping was active."""
+    return [train_rnn(step, t, label=f"max_norm={t:g}") for t in thresholds]
+
+
+def plot_sweep(logs: list[RunLog], suggested: float | None = None):
+    """Final loss against max_norm, each point labelled with the share of steps clipped."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    xs = [log.max_norm for log in logs]
+    ys = [min(log.final_loss, 1e3) for log in logs]
+    ax.plot(xs, ys, marker="o")
+    for x, y, log in zip(xs, ys, logs, strict=True):
+        ax.annotate(
+            f"{log.clipped_fraction:.0%} clipped",
+            (x, y),
+            textcoords="offset points",
+            xytext=(4, 6),
+            fontsize=8,
+        )
+    if suggested is not None:
+        ax.axvline(suggested, color="grey", linestyle="--", label=f"your rule: {suggested:.3g}")
+        ax.legend()
+    ax.set(xscale="log", yscale="log", xlabel="max_norm", ylabel="final loss (capped at 1e3)")
+    ax.set_title("threshold sweep on the exploding RNN")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+# --- mixed precision ------------------------------------------------------------------------
+
+
+def amp_problem(device: torch.device | str = "cpu", seed: int = 0):
+    """(model, optimizer, scaler, x, y) for one AMP step: a small MLP regression."""
+    device = torch.device(device)
+    torch.manual_seed(seed)
+    model = MLP(dim=32, hidden=64, depth=2, out=1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    scaler = torch.amp.GradScaler(device.type)  # init_scale 2**16
+    x = torch.randn(128, 32, device=device)
+    y = 10 * x[:, :4].sum(1, keepdim=True)  # large targets: gradients well above max_norm
+    return model, optimizer, scaler, x, y
+
+
+def logging_cost(steps: int = 50, device: torch.device | str | None = None) -> Comparison | None:
+    """Log the norm with `.item()` every step vs keep the tensors and read them once.
+
+    Only an asynchronous device (CUDA) can show a difference: there `.item()` waits for the
+    queue to drain every step. On a CPU every kernel has finished when it returns, so there is
+    nothing to wait for; returns None.
+    """
+    from ...device import get_device
+
+    device = torch.device(device) if device is not None else get_device()
+    if device.type != "cuda":
+        return None
+    model = MLP(dim=512, hidden=2048, depth=4).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x, y = torch.randn(256, 512, device=device), torch.randint(0, 10, (256,), device=device)
+
+    def run(sync_each_step: bool) -> None:
+        kept = []
+        for _ in range(steps):
+            norm = reference_clipped_step_plain(model, x, y, optimizer)
+            kept.append(norm.item() if sync_each_step else norm)
+        torch.stack([torch.as_tensor(k, device=device) for k in kept]).cpu()
+
+    return compare(
+        lambda: run(True),
+        lambda: run(False),
+        repeats=10,
+        warmup=1,
+        device=device,
+        labels=(".item() every step", "tensors, read once"),
+    )
+
+
+def reference_clipped_step_plain(model, x, y, optimizer) -> torch.Tensor:
+    optimizer.zero_grad(set_to_none=True)
+    nn.functional.cross_entropy(model(x), y).backward()
+    norm = nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return norm

@@ -1,0 +1,311 @@
+"""Lesson 09's checks pass the reference answers and valid alternatives (torch.fx, other
+noise-aware rules), and fail the ways a redundant bias, a speed claim or a fusion go wrong."""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import statistics
+
+import pytest
+import torch
+from check_helpers import fails, failure, not_attempted
+from torch import fx, nn
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.utils.fusion import fuse_conv_bn_eval
+
+from course_utils.lessons import bn_bias as lesson
+
+LAYERS = (nn.Conv2d, nn.Linear)
+
+
+def drop(layer, bn, fold=True):
+    with torch.no_grad():
+        if fold:
+            bn.running_mean -= layer.bias
+    layer.register_parameter("bias", None)
+
+
+# --- exercise 1: remove redundant biases ----------------------------------------------------
+
+
+def fx_graph(model, example):
+    """A valid alternative: torch.fx, removing a bias whose node has a BN as its only user."""
+    gm = fx.symbolic_trace(model)
+    mods = dict(gm.named_modules())
+    for node in gm.graph.nodes:
+        if node.op != "call_module" or not isinstance(mods[node.target], LAYERS):
+            continue
+        users = list(node.users)
+        if mods[node.target].bias is not None and len(users) == 1 and users[0].op == "call_module":
+            if isinstance(mods[users[0].target], _BatchNorm):
+                drop(model.get_submodule(node.target), model.get_submodule(users[0].target))
+    return model
+
+
+def by_module_order(model, example):
+    """Conv/Linear directly followed by a BN in registration order."""
+    mods = list(model.named_modules())
+    for (_, a), (_, b) in zip(mods, mods[1:], strict=False):
+        if isinstance(a, LAYERS) and isinstance(b, _BatchNorm) and a.bias is not None:
+            drop(a, b)
+    return model
+
+
+def every_conv_bias(model, example):
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d) and m.bias is not None:
+            m.register_parameter("bias", None)
+    return model
+
+
+def zero_and_freeze(model, example):
+    for name in lesson.feeds_bn(model, example, train=True):
+        layer = model.get_submodule(name)
+        if layer.bias is not None:
+            layer.bias.data.zero_()
+            layer.bias.requires_grad_(False)
+    return model
+
+
+def without_fold(model, example):
+    return by_reference_detection(model, example, fold="none")
+
+
+def fold_into_beta(model, example):
+    return by_reference_detection(model, example, fold="beta")
+
+
+def by_reference_detection(model, example, fold):
+    found = lesson.feeds_bn(model, example, train=True)
+    for name, bn_name in found.items():
+        layer, bn = model.get_submodule(name), model.get_submodule(bn_name)
+        if name in ("2.conv", "3.conv") or layer.bias is None:  # the truly needed ones
+            continue
+        with torch.no_grad():
+            if fold == "beta":
+                bn.bias += layer.bias
+        layer.register_parameter("bias", None)
+    return model
+
+
+def perturb_everything(model, example):
+    """Perturb each bias, keep it if the train output moves: misses layers unused in training."""
+    for name, layer in list(model.named_modules()):
+        if not isinstance(layer, LAYERS) or layer.bias is None:
+            continue
+        probe = copy.deepcopy(model).train()
+        with torch.no_grad():
+            before = probe(example)
+            probe.get_submodule(name).bias.add_(1.0)
+            if torch.allclose(probe(example), before, atol=1e-5):
+                layer.register_parameter("bias", None)
+    return model
+
+
+def probe_on_the_model_itself(model, example):
+    """Right detection, but the train-mode probe runs on the real model: BN statistics move."""
+    model.train()(example)
+    return lesson.reference_remove_redundant_biases.__wrapped__(model, example)
+
+
+def test_remove_biases_passes_reference_and_fx():
+    assert lesson.check_remove_biases(lesson.reference_remove_redundant_biases).status == "passed"
+    assert lesson.check_remove_biases(fx_graph).status == "passed"
+
+
+@pytest.mark.parametrize(
+    ("wrong", "message"),
+    [
+        (by_module_order, "removed but needed: ['2.conv', '3.conv', '4.conv']"),
+        (every_conv_bias, "removed but needed"),
+        (zero_and_freeze, "zeroed but still parameters"),
+        (without_fold, "eval-mode output"),
+        (fold_into_beta, "train-mode output"),
+        (perturb_everything, "removed but needed: ['5.refine']"),
+        (probe_on_the_model_itself, "eval-mode output"),
+    ],
+    ids=[
+        "module-order",
+        "every-conv",
+        "zeroed",
+        "no-fold",
+        "fold-into-beta",
+        "perturb-all",
+        "probe-stats",
+    ],
+)
+def test_remove_biases_fails_each_mistake_naming_it(wrong, message):
+    failed = failure(lesson.check_remove_biases, wrong)
+    assert failed.status == "failed" and message in failed.summary
+
+
+def test_remove_biases_stub_and_reference_delegation():
+    assert fails(lesson.check_remove_biases, not_attempted) == "not-attempted"
+    assert (
+        fails(
+            lesson.check_remove_biases, lambda m, x: lesson.reference_remove_redundant_biases(m, x)
+        )
+        == "failed"
+    )
+
+
+# --- exercise 2: speed verdict ----------------------------------------------------------------
+
+
+def iqr_rule(ratios):
+    q1, _, q3 = statistics.quantiles(ratios, n=4)
+    return "faster" if q1 > 1 else "slower" if q3 < 1 else "no effect"
+
+
+def sign_test(ratios):
+    """A valid alternative: two-sided binomial sign test at 5%."""
+    n, k = len(ratios), sum(r > 1 for r in ratios)
+    tail = sum(math.comb(n, i) for i in range(min(k, n - k) + 1)) / 2**n
+    if 2 * tail >= 0.05:
+        return "no effect"
+    return "faster" if k > n / 2 else "slower"
+
+
+def bootstrap_median(ratios):
+    rng = random.Random(0)
+    meds = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
+    lo, hi = meds[50], meds[1949]
+    return "faster" if lo > 1 else "slower" if hi < 1 else "no effect"
+
+
+@pytest.mark.parametrize("answer", [iqr_rule, sign_test, bootstrap_median])
+def test_speed_verdict_passes_noise_aware_rules(answer):
+    assert lesson.check_speed_verdict(answer).status == "passed"
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        lambda r: "faster" if statistics.median(r) > 1 else "slower",
+        lambda r: (
+            "faster"
+            if statistics.median(r) > 1.05
+            else "slower"
+            if statistics.median(r) < 0.95
+            else "no effect"
+        ),
+        lambda r: (
+            "faster"
+            if statistics.fmean(r) > 1.05
+            else "slower"
+            if statistics.fmean(r) < 0.95
+            else "no effect"
+        ),
+        lambda r: {"faster": "slower", "slower": "faster"}.get(iqr_rule(r), "no effect"),
+    ],
+    ids=["sign-of-median", "median-5pct", "mean-5pct", "inverted"],
+)
+def test_speed_verdict_fails_rules_that_ignore_the_spread(wrong):
+    assert fails(lesson.check_speed_verdict, wrong) == "failed"
+
+
+def test_speed_verdict_stub_and_reference_delegation():
+    assert fails(lesson.check_speed_verdict, not_attempted) == "not-attempted"
+    assert (
+        fails(lesson.check_speed_verdict, lambda r: lesson.reference_speed_verdict(r)) == "failed"
+    )
+
+
+# --- exercise 3: fusion -------------------------------------------------------------------------
+
+
+def fx_fuser(model, example):
+    """The PyTorch fx tutorial's fuser: a conv node whose only user is a BN module."""
+    gm = fx.symbolic_trace(copy.deepcopy(model).eval())
+    mods = dict(gm.named_modules())
+    for node in gm.graph.nodes:
+        if node.op != "call_module" or not isinstance(mods[node.target], _BatchNorm):
+            continue
+        src = node.args[0]
+        if (
+            src.op == "call_module"
+            and isinstance(mods[src.target], nn.Conv2d)
+            and len(src.users) == 1
+        ):
+            fused = fuse_conv_bn_eval(mods[src.target], mods[node.target])
+            parent, _, child = src.target.rpartition(".")
+            setattr(gm.get_submodule(parent) if parent else gm, child, fused)
+            node.replace_all_uses_with(src)
+            gm.graph.erase_node(node)
+    gm.recompile()
+    return gm
+
+
+def adjacent_pairs(model):
+    """(sequential, index) of each Conv2d directly followed by a BN inside a Sequential."""
+    return [
+        (seq, i)
+        for seq in model.modules()
+        if isinstance(seq, nn.Sequential)
+        for i in range(len(seq) - 1)
+        if isinstance(seq[i], nn.Conv2d) and isinstance(seq[i + 1], _BatchNorm)
+    ]
+
+
+def in_train_mode(model, example):
+    fused = copy.deepcopy(model)
+    for seq, i in adjacent_pairs(fused):
+        seq[i], seq[i + 1] = fuse_conv_bn_eval(seq[i], seq[i + 1]), nn.Identity()
+    return fused
+
+
+def in_place(model, example):
+    model.eval()
+    return lesson.reference_fuse_for_inference.__wrapped__(model, example)
+
+
+def unfused_copy(model, example):
+    return copy.deepcopy(model).eval()
+
+
+def by_attribute_names(model, example):
+    """Fuse every block's .conv with its .bn, whatever happens between them."""
+    fused = copy.deepcopy(model).eval()
+    for m in fused.modules():
+        if isinstance(getattr(m, "conv", None), nn.Conv2d) and isinstance(
+            getattr(m, "bn", None), _BatchNorm
+        ):
+            m.conv, m.bn = fuse_conv_bn_eval(m.conv, m.bn), nn.Identity()
+    return fused
+
+
+def fused_but_bn_kept(model, example):
+    fused = copy.deepcopy(model).eval()
+    for seq, i in adjacent_pairs(fused):
+        seq[i] = fuse_conv_bn_eval(seq[i], seq[i + 1])
+    return fused
+
+
+def test_fuse_passes_reference_and_fx_fuser():
+    assert lesson.check_fuse(lesson.reference_fuse_for_inference).status == "passed"
+    assert lesson.check_fuse(fx_fuser).status == "passed"
+
+
+@pytest.mark.parametrize(
+    ("wrong", "status", "message"),
+    [
+        (in_train_mode, "error", "Fusion only for eval"),
+        (in_place, "failed", "fuse a copy"),
+        (unfused_copy, "failed", "batch-norm ops left"),
+        (by_attribute_names, "failed", "eval output"),
+        (fused_but_bn_kept, "failed", "eval output"),
+    ],
+    ids=["train-mode", "in-place", "unfused", "across-relu", "bn-kept"],
+)
+def test_fuse_fails_each_mistake_naming_it(wrong, status, message):
+    failed = failure(lesson.check_fuse, wrong)
+    assert failed.status == status and message in failed.summary
+
+
+def test_fuse_stub_and_reference_delegation():
+    assert fails(lesson.check_fuse, not_attempted) == "not-attempted"
+    assert (
+        fails(lesson.check_fuse, lambda m, x: lesson.reference_fuse_for_inference(m, x)) == "failed"
+    )

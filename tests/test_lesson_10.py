@@ -1,0 +1,251 @@
+"""Lesson 10's checks pass the reference answers and valid alternatives, and fail the habits
+and mistakes learners keep, naming the cause.
+
+Timing is measured only where a test is about speed; tests about results or syncs replace
+the interleaved timing with a stub, so the file stays short on a loaded 2-core machine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from check_helpers import fails, failure, not_attempted
+
+from course_utils.lessons import habits as lesson
+from course_utils.lessons.habits import checks as habit_checks
+from course_utils.lessons.habits.loop import BETAS, EPS, LR, WEIGHT_DECAY
+
+
+def part(check, answer, name):
+    """One part of a check's verdict (the check body, run without the cell's wrapper)."""
+    return next(p for p in check.__wrapped__(answer) if p.name == name)
+
+
+@pytest.fixture
+def no_timing(monkeypatch):
+    """Skip the interleaved timing: these tests are about results and syncs."""
+    monkeypatch.setattr(habit_checks, "_speed", lambda fn, steps, every: (5.0, 5.0, 1.0))
+
+
+def keeping(*habits):
+    """The fixed loop with these habits left in (a learner who fixed all the others)."""
+
+    def train(model, data, steps, device, eval_every=10):
+        return lesson.variant_train(model, data, steps, device, habits, eval_every)
+
+    return train
+
+
+def fast_with(optimizer_fn, zero_grad=True):
+    """A clean loop with a learner's choice of optimizer."""
+
+    def train(model, data, steps, device, eval_every=10):
+        model.to(device).train()
+        x, y = torch.from_numpy(data.x).to(device), torch.from_numpy(data.y).to(device)
+        xv, yv = torch.from_numpy(data.x_val).to(device), torch.from_numpy(data.y_val).to(device)
+        weight = torch.tensor(data.class_weights, device=device)
+        optimizer, b = optimizer_fn(model.parameters()), data.batch_size
+        n, losses, accs = len(data.x) // b, [], []
+        for step in range(steps):
+            i = (step % n) * b
+            loss = F.cross_entropy(model(x[i : i + b]), y[i : i + b], weight=weight)
+            if zero_grad:
+                optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.detach())
+            if (step + 1) % eval_every == 0:
+                model.eval()
+                with torch.no_grad():
+                    accs.append((model(xv).argmax(1) == yv).float().mean().item())
+                model.train()
+        return lesson.TrainLog(torch.stack(losses).tolist(), accs)
+
+    return train
+
+
+def adamw(fused=False):
+    kw = {"fused": True} if fused else {"foreach": True}
+    return lambda params: torch.optim.AdamW(params, LR, BETAS, EPS, WEIGHT_DECAY, **kw)
+
+
+# --- exercise 1: fix the slow loop ---------------------------------------------------------
+
+
+def test_slow_train_its_costless_twin_and_the_fix_log_the_same_run():
+    """The check compares learners with variant_train(SLOW_MATH): it must be slow_train's run."""
+    data, cpu = lesson.make_data(), torch.device("cpu")
+    slow = lesson.quiet(lesson.slow_train, lesson.make_model(), data, 10, cpu, 5)
+    twin = lesson.variant_train(lesson.make_model(), data, 10, cpu, habit_checks.SLOW_MATH, 5)
+    fixed = lesson.reference_fast_train(lesson.make_model(), data, 10, cpu, 5)
+    assert slow.losses == twin.losses and slow.val_accuracy == twin.val_accuracy
+    assert (
+        np.allclose(slow.losses, fixed.losses, rtol=1e-5)
+        and slow.val_accuracy == fixed.val_accuracy
+    )
+
+
+def test_spy_finds_every_habit_alone_and_none_in_the_reference():
+    for habit in lesson.HABITS:
+        _, found = lesson.diagnose(keeping(habit), 10, 5)
+        assert found.habits(habit_checks.allowed_syncs(10, 5)) == [habit]
+    _, found = lesson.diagnose(lesson.reference_fast_train, 10, 5)
+    assert found.habits(habit_checks.allowed_syncs(10, 5)) == [] and found.n_syncs == 2
+
+
+def test_fast_train_check_passes_the_reference_fix():
+    assert lesson.check_fast_train(lesson.reference_fast_train).status == "passed"
+
+
+def test_fast_train_check_passes_fused_adamw_with_an_item_per_validation(no_timing):
+    assert lesson.check_fast_train(fast_with(adamw(fused=True))).status == "passed"
+
+
+@pytest.mark.parametrize(
+    "fixed, named",
+    [("anomaly", "the profiler left on"), ("profiler", "anomaly detection left on")],
+    ids=["only-anomaly-fixed", "only-profiler-fixed"],
+)
+def test_fast_train_check_fails_a_single_fix_on_speed_naming_the_biggest_remaining_cost(
+    fixed, named, monkeypatch
+):
+    monkeypatch.setattr(habit_checks, "steps_and_every", lambda: (10, 5))  # half the work
+    only_one_fixed = keeping(*(h for h in lesson.HABITS if h != fixed))
+    speed = part(lesson.check_fast_train, only_one_fixed, "speed")
+    assert speed.status == "failed" and f"biggest cost still in your loop: {named}" in speed.message
+
+
+def test_fast_train_check_fails_an_item_every_step_even_on_a_cpu(no_timing):
+    syncs = part(lesson.check_fast_train, keeping("syncs"), "syncs")
+    assert syncs.status == "failed" and "x item" in syncs.message
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        fast_with(lambda p: torch.optim.Adam(p, LR, BETAS, EPS, WEIGHT_DECAY)),  # L2, not AdamW
+        fast_with(lambda p: torch.optim.AdamW(p)),  # the default lr, not slow_train's
+        fast_with(adamw(), zero_grad=False),  # gradients accumulate
+    ],
+    ids=["adam-with-l2", "adamw-default-lr", "no-zero-grad"],
+)
+def test_fast_train_check_fails_different_results(wrong, no_timing):
+    same = part(lesson.check_fast_train, wrong, "same results")
+    assert same.status == "failed"
+
+
+def test_fast_train_check_reports_not_attempted_and_refuses_the_reference():
+    assert fails(lesson.check_fast_train, not_attempted) == "not-attempted"
+
+    def delegating(model, data, steps, device, eval_every=10):
+        return lesson.reference_fast_train(model, data, steps, device, eval_every)
+
+    assert fails(lesson.check_fast_train, delegating) == "failed"
+
+
+# --- exercise 2: copy-free conversion ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "right", [torch.from_numpy, torch.as_tensor], ids=["from_numpy", "as_tensor"]
+)
+def test_to_tensor_check_passes_copy_free_conversions(right):
+    assert lesson.check_to_tensor(right).status == "passed"
+
+
+@pytest.mark.parametrize(
+    "wrong, cause",
+    [
+        (torch.tensor, "it is a copy"),
+        (lambda a: torch.from_numpy(a.astype(np.float32)), "it is a copy"),
+        (lambda a: torch.from_numpy(a).float(), "a change of dtype is a copy"),
+        (lambda a: torch.as_tensor(a, dtype=torch.float32), "a change of dtype is a copy"),
+    ],
+    ids=["torch.tensor", "astype", "float", "as_tensor-dtype"],
+)
+def test_to_tensor_check_fails_conversions_that_copy(wrong, cause):
+    assert cause in failure(lesson.check_to_tensor, wrong).summary
+
+
+def test_to_tensor_check_reports_not_attempted_and_refuses_the_reference():
+    assert fails(lesson.check_to_tensor, not_attempted) == "not-attempted"
+    assert fails(lesson.check_to_tensor, lambda a: lesson.reference_to_tensor(a)) == "failed"
+
+
+# --- exercise 3: evaluate without autograd -------------------------------------------------
+
+
+def evaluate_with(context, eval_mode=True, restore="was"):
+    def evaluate(model, x, y, batch_size=256):
+        was = model.training
+        if eval_mode:
+            model.eval()
+        with context():
+            hits = sum(
+                (model(x[i : i + batch_size]).argmax(1) == y[i : i + batch_size]).sum().item()
+                for i in range(0, len(x), batch_size)
+            )
+        if restore == "was":
+            model.train(was)
+        elif restore == "train":
+            model.train()
+        return hits / len(x)
+
+    return evaluate
+
+
+def test_evaluate_check_passes_inference_mode_and_no_grad():
+    assert lesson.check_evaluate(lesson.reference_evaluate).status == "passed"
+    assert lesson.check_evaluate(evaluate_with(torch.no_grad)).status == "passed"
+
+
+def test_evaluate_check_fails_a_forgotten_eval_naming_batchnorm_and_dropout():
+    accuracy = part(
+        lesson.check_evaluate, evaluate_with(torch.no_grad, eval_mode=False), "accuracy"
+    )
+    assert accuracy.status == "failed" and "model.eval()" in accuracy.message
+
+
+def test_evaluate_check_fails_autograd_left_on():
+    import contextlib
+
+    saved = part(
+        lesson.check_evaluate, evaluate_with(contextlib.nullcontext), "nothing saved for backward"
+    )
+    assert saved.status == "failed" and saved.value > 0
+
+
+@pytest.mark.parametrize(
+    "restore, name",
+    [("train", "eval mode kept"), ("none", "mode restored")],
+    ids=["always-train", "never"],
+)
+def test_evaluate_check_fails_a_mode_not_restored(restore, name):
+    assert (
+        part(lesson.check_evaluate, evaluate_with(torch.no_grad, restore=restore), name).status
+        == "failed"
+    )
+
+
+def test_evaluate_check_fails_freezing_the_parameters_instead_of_no_grad():
+    def frozen(model, x, y, batch_size=256):
+        for p in model.parameters():
+            p.requires_grad_(False)
+        return evaluate_with(__import__("contextlib").nullcontext)(model, x, y, batch_size)
+
+    assert part(lesson.check_evaluate, frozen, "still trainable").status == "failed"
+
+
+def test_evaluate_check_reports_not_attempted_and_refuses_the_reference():
+    assert fails(lesson.check_evaluate, not_attempted) == "not-attempted"
+    assert fails(lesson.check_evaluate, lambda *a: lesson.reference_evaluate(*a)) == "failed"
+
+
+# --- demos -----------------------------------------------------------------------------------
+
+
+def test_zero_grad_none_skips_the_step_and_zero_still_decays():
+    moved = lesson.zero_grad_effect()
+    assert moved["grad None (default)"] == 0 and moved["grad zeroed (set_to_none=False)"] > 0
