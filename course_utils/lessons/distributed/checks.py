@@ -1,0 +1,148 @@
+"""Lesson 06's checks: a DDP script run by torchrun, and accumulation with no_sync.
+
+Both checks launch real processes and read what they did from the trace (workload.py) and
+from a counting communication hook (probe.py), never from what the learner's code prints.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+from ...checks import Part, Threshold, check, correct
+from . import workload
+from .judge import (
+    RankFailed,
+    judge_accumulation,
+    judge_parameters,
+    judge_trace,
+    raise_learner_exception,
+)
+from .launch import Launch, describe_failure, torchrun
+
+WORLD = 2  # processes per check: enough to show sharding and averaging, fits a 2-core CPU
+
+THRESHOLDS = {
+    "param_atol": Threshold(
+        1e-4,
+        "max |DDP - one process| over all parameters after 8 SGD steps (float32, gloo, 2 CPU "
+        "processes, torch 2.14, cpu-bf16 class): measured 3.4e-08 in both runs inspected (n=2); gradients "
+        "summed or halved give 0.23 / 0.14, a checkpoint one step early 0.047 (replayed)",
+    ),
+    "grad_rtol": Threshold(
+        1e-4,
+        "max |accumulated DDP grad - full-batch grad| / max |full-batch grad|: measured "
+        "1.9e-07 (gloo, 2 CPU processes, n=1 inspected); an unscaled or unsynchronised gradient is off "
+        "by > 0.1",
+    ),
+    "launch_timeout_s": Threshold(
+        120,
+        "seconds before a launch is killed: a correct check launch took 25-42 s at load "
+        "average 11-14 on 2 cores (n=9) and 10-14 s at load 4-5 (n=10); only a hung rank "
+        "reaches 120 s",
+    ),
+}
+
+
+def _launch_error(launch: Launch, what: str) -> None:
+    """A launch that exited with an error: not attempted, a reference used, or an error."""
+    exc = launch.exception()
+    if exc is None:
+        raise RankFailed(describe_failure(launch, what))
+    where = f"on rank {exc['rank']}" if exc["rank"] >= 0 else "in a worker"
+    raise_learner_exception(exc, f"{where} of {what} (exit code {launch.returncode})")
+
+
+@check(
+    "06-ddp-script",
+    points=4,
+    hint="init_process_group from torchrun's environment; wrap the model in DDP; a "
+    "DistributedSampler per process with batch_size = global batch // world size; "
+    "sampler.set_epoch(epoch) at the start of every epoch; torch.save only on rank 0.",
+)
+def check_ddp_script(script, *, timeout_s: float | None = None) -> list[Part]:
+    script = Path(script)
+    if not script.exists():
+        raise FileNotFoundError(f"{script} does not exist: run the %%writefile cells first")
+    with tempfile.TemporaryDirectory(prefix="course06-") as out:
+        cfg = workload.Config(epochs=2, batch_size=32, lr=0.1, seed=0)
+        cfg.checkpoint = Path(out) / "checkpoint.pt"
+        args = ["--epochs", cfg.epochs, "--batch-size", cfg.batch_size, "--lr", cfg.lr,
+                "--seed", cfg.seed, "--checkpoint", cfg.checkpoint]  # fmt: skip
+        timeout = timeout_s or THRESHOLDS["launch_timeout_s"].value
+        launch = torchrun(script, args, nproc=WORLD, timeout_s=timeout)
+        if launch.timed_out:
+            return [correct("runs under torchrun", False, describe_failure(launch))]
+        if launch.returncode != 0:
+            _launch_error(launch, script.name)
+        parts = [
+            correct(
+                "runs under torchrun",
+                True,
+                f"{WORLD} processes, exit code 0 after {launch.seconds:.1f} s",
+            )
+        ]
+        parts += judge_trace(launch, cfg, WORLD)
+        state = _load(cfg.checkpoint)
+        if state is not None and _consistent(launch):
+            parts.append(judge_parameters(launch, cfg, state, THRESHOLDS["param_atol"].value))
+        return parts
+
+
+def _consistent(launch: Launch) -> bool:
+    counts = Counter(e["rank"] for e in launch.of("forward"))
+    return len(counts) == WORLD and len(set(counts.values())) == 1
+
+
+def _load(path: Path) -> dict | None:
+    if not path.exists():
+        return None
+    obj = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(obj, dict) and isinstance(obj.get("model"), dict):
+        obj = obj["model"]
+    return {k.removeprefix("module."): v for k, v in obj.items()} if isinstance(obj, dict) else {}
+
+
+# --- exercise 2: gradient accumulation with no_sync ---------------------------------------
+
+
+def measure_no_sync(paths: list[Path], timeout_s: float | None = None) -> dict[str, dict]:
+    """Run probe.py once on 2 processes for one or more learner files: path -> result."""
+    with tempfile.TemporaryDirectory(prefix="course06-") as out:
+        report = Path(out) / "probe.json"
+        launch = torchrun(
+            "course_utils.lessons.distributed.probe",
+            ["--out", report, *[Path(p).resolve() for p in paths]],
+            nproc=WORLD,
+            module=True,
+            timeout_s=timeout_s or THRESHOLDS["launch_timeout_s"].value,
+        )
+        if not report.exists():  # written by rank 0 once every file was measured
+            what = "accumulate_gradients under 2 processes"
+            return {str(Path(p).resolve()): {"launch": launch, "what": what} for p in paths}
+        results = json.loads(report.read_text())
+    return {r["ranks"][0]["path"]: r for r in results}
+
+
+@check(
+    "06-no-sync",
+    points=3,
+    hint="Run forward AND backward of every micro-batch but the last inside "
+    "`with model.no_sync():` (DDP decides at forward time whether to synchronise), and "
+    "divide each micro-batch's loss by the number of micro-batches.",
+)
+def check_no_sync(path, *, timeout_s: float | None = None) -> list[Part]:
+    path = Path(path).resolve()
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: run the %%writefile cell first")
+    result = measure_no_sync([path], timeout_s)[str(path)]
+    if "launch" in result:
+        launch = result["launch"]
+        if launch.timed_out:
+            return [correct("runs under torchrun", False, describe_failure(launch, result["what"]))]
+        _launch_error(launch, result["what"])
+    return judge_accumulation(result["ranks"], THRESHOLDS["grad_rtol"].value)

@@ -1,0 +1,248 @@
+"""From what the processes did to a verdict: the judgement half of lesson 06's checks.
+
+Kept apart from the launching so the tests can judge many measured behaviours from one
+launch, and so each message names the cause a learner can act on.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+from ...checks import Part, correct
+from ...errors import ReferenceUsed
+from . import workload
+from .launch import Launch
+from .reference import replay
+
+
+class RankFailed(RuntimeError):
+    """Raised when the learner's code raised in one of the worker processes."""
+
+
+def raise_learner_exception(exc: dict, where: str) -> None:
+    """Re-raise, in the check, an exception that the learner's code raised in a worker."""
+    kind, message = exc.get("type", "?"), exc.get("message", "")
+    if kind == "NotImplementedError":
+        raise NotImplementedError()
+    if kind == "ReferenceUsed":
+        name = re.search(r"`([^`]+)`", message)
+        raise ReferenceUsed(name[1] if name else "reference")
+    raise RankFailed(f"{kind} {where}: {message}")
+
+
+def _epochs(stream: list[int], per_epoch: int) -> list[list[int]]:
+    return [stream[i : i + per_epoch] for i in range(0, len(stream), per_epoch)]
+
+
+def judge_trace(launch: Launch, cfg: workload.Config, world: int) -> list[Part]:
+    """Per-rank batch size, sharding of every epoch, reshuffling, and who saved."""
+    forwards: dict[int, list[list[int]]] = defaultdict(list)
+    for e in launch.of("forward"):
+        forwards[e["rank"]].append(e["samples"])
+    if sorted(forwards) != list(range(world)):
+        return [
+            correct(
+                "every rank trains",
+                False,
+                f"training forwards were seen on ranks {sorted(forwards)} of {world}: every "
+                "process must run the loop (is the model built by workload.make_model()?)",
+            )
+        ]
+    parts = [_batch_part(forwards, cfg, world)]
+    parts += _sharding_parts(forwards, workload.N_SAMPLES, cfg.epochs, world)
+    parts.append(_save_part(launch, cfg))
+    return parts
+
+
+def _batch_part(forwards: dict, cfg: workload.Config, world: int) -> Part:
+    sizes = sorted({len(b) for batches in forwards.values() for b in batches})
+    expected = cfg.batch_size // world
+    if sizes == [expected]:
+        return correct(
+            "per-process batch",
+            True,
+            f"every rank ran batches of {expected}: global batch {cfg.batch_size} over {world}",
+        )
+    cause = (
+        f"each rank used the global batch size {cfg.batch_size}, so the global batch became "
+        f"{cfg.batch_size * world}; give each DataLoader batch_size // world_size"
+        if sizes == [cfg.batch_size]
+        else f"expected {expected} per rank (global {cfg.batch_size} // {world} processes)"
+    )
+    return correct("per-process batch", False, f"ranks ran batches of sizes {sizes}: {cause}")
+
+
+def _sharding_parts(forwards: dict, n: int, epochs: int, world: int) -> list[Part]:
+    streams = {r: [i for b in batches for i in b] for r, batches in forwards.items()}
+    per_rank = {r: len(s) for r, s in streams.items()}
+    if all(c == epochs * n for c in per_rank.values()):
+        shard = correct(
+            "sharding",
+            False,
+            f"each rank saw all {n} samples in every epoch: without a DistributedSampler every "
+            f"process trains on the whole data set, so {world} processes repeat the same work",
+        )
+        return [shard, correct("reshuffling", False, "not judged: the data was not sharded")]
+    if any(c != epochs * n // world for c in per_rank.values()):
+        return [
+            correct(
+                "sharding",
+                False,
+                f"samples seen per rank {per_rank} over {epochs} epochs; expected "
+                f"{epochs * n // world} each ({n} samples / {world} ranks per epoch)",
+            )
+        ]
+    per_epoch = {r: _epochs(s, n // world) for r, s in streams.items()}
+    for e in range(epochs):
+        seen = [set(per_epoch[r][e]) for r in range(world)]
+        overlap = set.intersection(*seen)
+        if overlap or len(set.union(*seen)) != n:
+            msg = (
+                f"in epoch {e} the ranks shared {len(overlap)} samples and covered "
+                f"{len(set.union(*seen))} of {n}: each rank needs its own shard "
+                "(DistributedSampler with num_replicas=world_size and rank=rank)"
+            )
+            return [correct("sharding", False, msg)]
+    shard = correct(
+        "sharding", True, f"every epoch the {world} ranks saw disjoint shards covering all {n}"
+    )
+    repeats = [e for e in range(1, epochs) if per_epoch[0][e] == per_epoch[0][0]]
+    shuffle = correct(
+        "reshuffling",
+        not repeats,
+        f"rank 0 saw its samples in the same order in epochs 0 and {repeats[0]}: "
+        "call sampler.set_epoch(epoch) before each epoch (the sampler seeds its shuffle "
+        "with seed + epoch)"
+        if repeats
+        else f"a new order in each of the {epochs} epochs",
+    )
+    return [shard, shuffle]
+
+
+def _save_part(launch: Launch, cfg: workload.Config) -> Part:
+    savers = sorted({e["rank"] for e in launch.of("save")})
+    if savers and savers != [0]:
+        return correct(
+            "rank-0 checkpoint",
+            False,
+            f"torch.save was called on ranks {savers}: all ranks hold the same weights, so "
+            "only rank 0 should write (several writers race on one file and multiply the I/O)",
+        )
+    if not cfg.checkpoint.exists():
+        return correct(
+            "rank-0 checkpoint",
+            False,
+            f"nothing was written to cfg.checkpoint ({cfg.checkpoint.name}, from --checkpoint): "
+            "rank 0 must torch.save the model there",
+        )
+    who = "only rank 0 called torch.save" if savers else "a checkpoint, not by torch.save"
+    return correct("rank-0 checkpoint", True, who)
+
+
+def _max_diff(a: dict, b: dict) -> float:
+    if set(a) != set(b):
+        return float("inf")
+    return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
+
+
+def judge_parameters(launch: Launch, cfg: workload.Config, state: dict, atol: float) -> Part:
+    """The checkpoint against single-process training on the same global batches."""
+    by_rank: dict[int, list[list[int]]] = defaultdict(list)
+    for e in launch.of("forward"):
+        by_rank[e["rank"]].append(e["samples"])
+    ranks = sorted(by_rank)
+    global_batches = [sum(group, []) for group in zip(*(by_rank[r] for r in ranks), strict=True)]
+    states = replay(global_batches, cfg)
+    diff = _max_diff(state, states[-1])
+    name = "same parameters as one process"
+    if diff <= atol:
+        return correct(
+            name,
+            True,
+            f"after {len(global_batches)} steps the checkpoint equals single-process training "
+            f"on the same global batches: max |difference| {diff:.1e} <= {atol:.0e}",
+            value=diff,
+            threshold=atol,
+        )
+    for scale, cause in ((len(ranks), "summed over ranks instead of averaged (DDP already "
+                          "averages: no extra all_reduce, no loss * world_size)"),
+                         (1 / len(ranks), "divided by the world size twice (DDP already "
+                          "averages: do not divide the loss by world_size)")):  # fmt: skip
+        if _max_diff(state, replay(global_batches, cfg, grad_scale=scale)[-1]) <= atol:
+            return correct(name, False, f"max |difference| {diff:.2g}: gradients were {cause}")
+    alone = replay(by_rank[0], cfg)[-1]
+    if _max_diff(state, alone) <= atol:
+        return correct(
+            name,
+            False,
+            f"max |difference| {diff:.2g}: rank 0 trained on its own shard alone, the ranks "
+            "never averaged gradients (call the DDP-wrapped model, not model.module)",
+        )
+    early = [s for s, p in enumerate(states[:-1]) if _max_diff(state, p) <= atol]
+    if early:
+        return correct(
+            name,
+            False,
+            f"the checkpoint holds the parameters after step {early[-1]} of "
+            f"{len(global_batches)}: save after the last step of the epoch",
+        )
+    return correct(
+        name,
+        False,
+        f"max |difference| {diff:.2g} from single-process training on the same global "
+        f"batches (> {atol:.0e}): check the loss (mean, not sum) and the optimizer",
+        value=diff,
+        threshold=atol,
+    )
+
+
+def judge_accumulation(ranks: list[dict], rtol: float) -> list[Part]:
+    """All-reduces per optimizer step, and the accumulated gradient on every rank."""
+    for r in ranks:
+        if r["exception"]:
+            raise_learner_exception(r["exception"], f"on rank {ranks.index(r)}")
+    first = ranks[0]
+    k, per_sync = first["micro_batches"], first["per_sync"]
+    counts = [r["allreduces"] for r in ranks]
+    if counts[0] == per_sync:
+        comm = correct(
+            "all-reduces",
+            True,
+            f"{counts[0]} all-reduce(s) for {k} micro-batches: one synchronisation",
+            value=counts[0],
+            threshold=per_sync,
+        )
+    else:
+        cause = {
+            k * per_sync: "every micro-batch was all-reduced: the forward AND backward of all "
+            "but the last micro-batch must run inside model.no_sync() (DDP decides at "
+            "forward time)",
+            0: "nothing was all-reduced: the last micro-batch must run outside no_sync(), or "
+            "the ranks never average their gradients",
+        }.get(counts[0], f"expected {per_sync} (one synchronised backward)")
+        comm = correct(
+            "all-reduces",
+            False,
+            f"{counts[0]} all-reduce(s) for {k} micro-batches: {cause}",
+            value=counts[0],
+            threshold=per_sync,
+        )
+    worst = max(r["diff_full"] / r["scale"] for r in ranks)
+    if worst <= rtol:
+        return [
+            comm,
+            correct(
+                "gradient",
+                True,
+                f"every rank holds the full-batch mean gradient (rel. error {worst:.1e})",
+            ),
+        ]
+    if all(r["diff_unscaled"] / r["scale"] <= rtol for r in ranks):
+        cause = f"{k}x the mean: divide each micro-batch's loss by {k}"
+    elif all(r["diff_local"] / r["scale"] <= rtol for r in ranks):
+        cause = "each rank kept the gradient of its own micro-batches: they were never averaged"
+    else:
+        cause = "neither the full-batch mean nor a known mistake"
+    msg = f"rel. error {worst:.2g} from the full-batch mean gradient (> {rtol:.0e}): {cause}"
+    return [comm, correct("gradient", False, msg, value=worst, threshold=rtol)]
