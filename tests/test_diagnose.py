@@ -5,6 +5,7 @@ findings are tested by faking the device class and the timing probe."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 
 import pytest
@@ -18,6 +19,9 @@ from course_utils.diagnose import Diagnosis, Finding, diagnose, probes
 from course_utils.diagnose.findings import LESSONS, rank
 from course_utils.diagnose.run import SyncSpy
 from course_utils.models import MLP, SmallCNN
+
+# the package itself (`course_utils.diagnose` as an attribute is the function `cu.diagnose`)
+DIAGNOSE = importlib.import_module("course_utils.diagnose")
 
 STEPS = 12
 AMP = cu_device.device_class("cpu") in probes.AMP_CLASSES  # the tuned loop uses bf16 here
@@ -224,7 +228,7 @@ def fp32_step(model, optimizer):
 
 
 def test_fp32_on_a_device_with_fast_low_precision(monkeypatch):
-    monkeypatch.setattr("course_utils.diagnose.device_class", lambda d: "cpu-bf16")
+    monkeypatch.setattr(DIAGNOSE, "device_class", lambda d: "cpu-bf16")
     fake_probe(monkeypatch, ("fp32", "autocast"), 2.0)
     model, opt = cnn()
     f = only(diagnose(model, opt, images(), fp32_step(model, opt), steps=STEPS), "fp32")
@@ -232,7 +236,7 @@ def test_fp32_on_a_device_with_fast_low_precision(monkeypatch):
 
 
 def test_fp32_on_a_plain_cpu_is_not_checked_and_says_why(monkeypatch):
-    monkeypatch.setattr("course_utils.diagnose.device_class", lambda d: "cpu")
+    monkeypatch.setattr(DIAGNOSE, "device_class", lambda d: "cpu")
     fake_probe(monkeypatch, ("fp32", "autocast"), 2.0)
     model, opt = cnn()
     d = diagnose(model, opt, images(), fp32_step(model, opt), steps=STEPS)
@@ -241,7 +245,7 @@ def test_fp32_on_a_plain_cpu_is_not_checked_and_says_why(monkeypatch):
 
 
 def test_conv_net_on_tensor_cores_without_channels_last_or_benchmark(monkeypatch):
-    monkeypatch.setattr("course_utils.diagnose.device_class", lambda d: "cuda-tensorcore")
+    monkeypatch.setattr(DIAGNOSE, "device_class", lambda d: "cuda-tensorcore")
     fake_probe(monkeypatch, ("NCHW", "NHWC"), 1.5)
     monkeypatch.setattr(probes, "low_precision", lambda ctx: None)  # not what this test plants
     model, opt = cnn()
@@ -261,7 +265,7 @@ def test_conv_net_on_tensor_cores_without_channels_last_or_benchmark(monkeypatch
 
 
 def test_benchmark_on_with_shapes_that_change_every_step(monkeypatch):
-    monkeypatch.setattr("course_utils.diagnose.device_class", lambda d: "cuda")
+    monkeypatch.setattr(DIAGNOSE, "device_class", lambda d: "cuda")
     model, opt = cnn()
     g = torch.Generator().manual_seed(0)
     data = [

@@ -23,11 +23,20 @@ def _rows(out: Path) -> list[dict]:
 
 
 def test_untouched_learner_notebooks_grade_not_attempted(tmp_path):
+    """Every check of every untouched learner copy says not-attempted, and every demo runs on
+    the lesson's reference answers. Two at a time: no timing is graded here."""
     subs = tmp_path / "subs"
     subs.mkdir()
     for nb in LEARNER:
         shutil.copy(nb, subs / nb.name)
-    grade([subs], out=tmp_path / "out", solutions=ROOT / "solutions", quick=True, cell_timeout=600)
+    grade(
+        [subs],
+        out=tmp_path / "out",
+        solutions=ROOT / "solutions",
+        quick=True,
+        cell_timeout=600,
+        jobs=2,
+    )
     rows = _rows(tmp_path / "out")
     assert {r["notebook"] for r in rows} == {nb.stem for nb in LEARNER}
     assert {r["status"] for r in rows} == {"not-attempted"}, [

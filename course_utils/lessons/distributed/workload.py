@@ -13,6 +13,7 @@ script prints.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import sys
@@ -141,6 +142,9 @@ def _install_trace() -> None:
         hook(kind, value, tb)
 
     sys.excepthook = traced_excepthook
+    # Python shut down normally (atexit runs after the script's last line, before the C++
+    # runtime tears down): a crash after this is gloo's teardown, not the learner's code
+    atexit.register(record, "exit")
 
 
 if os.environ.get(TRACE_ENV) and not getattr(torch.save, "_course_traced", False):
