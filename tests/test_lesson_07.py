@@ -332,7 +332,7 @@ def test_plan_check_reports_not_attempted_and_refuses_the_reference():
 
 def test_tensor_peak_bytes_sees_recomputation_that_saved_tensor_hooks_miss():
     blocks, x = lesson.make_blocks(depth=4, width=16), torch.randn(64, 16)
-    from course_utils.measure import activation_bytes, tensor_peak_bytes
+    from course_utils.memory import activation_bytes, tensor_peak_bytes
 
     def step(forward):
         return lambda: forward(blocks, x).sum().backward()

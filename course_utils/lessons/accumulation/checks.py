@@ -7,7 +7,8 @@ import torch
 
 from ...checks import Threshold, at_most, check, correct, not_applicable, retry_measure
 from ...device import device_class, get_device
-from ...measure import compare, steady_cpu, tensor_peak_bytes
+from ...measure import compare, steady_cpu
+from ...memory import tensor_peak_bytes
 from ...protocol import FAILED
 from . import demo
 from .reference import reference_plan

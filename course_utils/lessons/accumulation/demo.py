@@ -18,14 +18,8 @@ from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 from tqdm.auto import tqdm
 
 from ...device import get_device
-from ...measure import (
-    activation_bytes,
-    compare,
-    cuda_peak_memory,
-    steady_cpu,
-    tensor_peak_bytes,
-    time_fn,
-)
+from ...measure import compare, steady_cpu, time_fn
+from ...memory import activation_bytes, cuda_peak_memory, tensor_peak_bytes
 
 # Kuhn's snippet as the Chinese rendering in seeds/003 carries it: `for` where `if` is meant.
 GUIDE_SNIPPET = """\

@@ -15,7 +15,7 @@ from ...checks import (
     retry_measure,
 )
 from ...device import get_device
-from ...measure import activation_bytes
+from ...memory import activation_bytes
 from ...mode import pick
 from ...protocol import FAILED
 from . import demo, loop

@@ -16,7 +16,8 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
 from ...checks import Threshold, at_most, check, correct, retry_measure
-from ...measure import activation_bytes, flops, time_fn
+from ...measure import flops, time_fn
+from ...memory import activation_bytes
 from .demo import activation_cases, hidden_op_steps, make_async_step
 
 THRESHOLDS = {

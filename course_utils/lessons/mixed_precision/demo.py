@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...device import amp_dtype, device_class, get_device
-from ...measure import activation_bytes, compare, steady_cpu
+from ...measure import compare, steady_cpu
+from ...memory import activation_bytes
 from ...mode import pick
 
 FORMATS = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
