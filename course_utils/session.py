@@ -32,12 +32,19 @@ def env(verbose: bool = True) -> dict:
             ("device class", info["device_class"]),
             ("torch / CUDA", f"{info['torch']} / {info['cuda'] or 'none'}"),
             ("threads", f"{info['threads']} of {info['cpu_count']} CPUs"),
-            ("peak fp32", f"{peak / 1e12:.2f} TFLOP/s" if peak else "unknown"),
+            (_peak_label(info), f"{peak / 1e12:.2f} TFLOP/s" if peak else "unknown"),
             ("data", info["dataset"]),
             ("quick mode", "on" if info["quick"] else "off"),
         ]
         print("\n".join(f"{k:>13}: {v}" for k, v in rows))
     return info
+
+
+def _peak_label(info: dict) -> str:
+    """ "peak fp32", or "peak fp32 (TF32)" where float32 work may run on TF32 tensor cores,
+    which is the peak the harness then uses (course_utils.device.peak_flops)."""
+    tf32 = info.get("tf32")
+    return "peak fp32 (TF32)" if isinstance(tf32, dict) and any(tf32.values()) else "peak fp32"
 
 
 def setup(quick: bool | None = None, seed: int = 0, verbose: bool = True) -> dict:

@@ -200,12 +200,12 @@ def test_emit_outside_ipython_prints_the_verdict(capsys):
 
 
 def test_emit_under_ipython_displays_the_contract_fields_as_course_check_json(monkeypatch):
-    import IPython
-    import IPython.display
+    IPython = pytest.importorskip("IPython")  # with the [tools] extra (ipykernel)
+    display = pytest.importorskip("IPython.display")
 
     shown = []
     monkeypatch.setattr(IPython, "get_ipython", lambda: object())
-    monkeypatch.setattr(IPython.display, "display", lambda obj, raw=False: shown.append((obj, raw)))
+    monkeypatch.setattr(display, "display", lambda obj, raw=False: shown.append((obj, raw)))
     with pytest.raises(CheckFailed):
         check_double(learner_wrong)
     [(bundle, raw)] = shown
@@ -225,6 +225,7 @@ def test_emit_under_ipython_displays_the_contract_fields_as_course_check_json(mo
 @pytest.fixture
 def ipython_shell(monkeypatch, tmp_path):
     """A real IPython shell, without history on disk; what it changes is put back after."""
+    pytest.importorskip("IPython")  # with the [tools] extra (ipykernel)
     from IPython.core.interactiveshell import InteractiveShell
     from traitlets.config import Config
 

@@ -81,7 +81,14 @@ def zeros_then_copy(images):
     return out
 
 
-def test_bucketing_check_passes_the_reference():
+@pytest.fixture
+def on_cpu(monkeypatch):
+    """The course's device is the CPU, whatever this machine has: these tests state what a
+    CPU shows (on a GPU machine the checks measure the CUDA parts instead)."""
+    monkeypatch.setenv("COURSE_DEVICE", "cpu")
+
+
+def test_bucketing_check_passes_the_reference(on_cpu):
     result = lesson.check_bucketing(lesson.reference_bucket_batches, lesson.reference_pad_collate)
     assert result.status == "passed"
     assert part(result, "first epoch").status == "not-applicable"  # no CUDA here
@@ -237,7 +244,7 @@ def convert(model, x):
     return model.to(memory_format=CL), x.contiguous(memory_format=CL)
 
 
-def test_channels_last_check_passes_the_reference_with_its_speed_on_this_cpu():
+def test_channels_last_check_passes_the_reference_with_its_speed_on_this_cpu(on_cpu):
     result = lesson.check_channels_last(
         lesson.reference_to_channels_last, lesson.ReferenceSqueezeExcite
     )
@@ -291,7 +298,7 @@ def test_channels_last_check_reports_not_attempted(no_timing):
     assert fails(lesson.check_channels_last, convert, Stub) == "not-attempted"
 
 
-def test_channels_last_speed_is_reported_not_graded_on_a_plain_cpu(monkeypatch):
+def test_channels_last_speed_is_reported_not_graded_on_a_plain_cpu(on_cpu, monkeypatch):
     monkeypatch.setattr(checks, "device_class", lambda *a: "cpu")
     monkeypatch.setattr(checks, "compare", lambda *a, **k: type("C", (), {"speedup": 0.9})())
     result = lesson.check_channels_last(convert, MeanGate)
@@ -307,7 +314,7 @@ def test_channels_last_speed_is_not_applicable_on_a_gpu(monkeypatch):
     assert result.status == "passed" and part(result, "speed").status == "not-applicable"
 
 
-def test_channels_last_speed_below_threshold_fails_on_cpu_bf16(monkeypatch):
+def test_channels_last_speed_below_threshold_fails_on_cpu_bf16(on_cpu, monkeypatch):
     monkeypatch.setattr(checks, "device_class", lambda *a: "cpu-bf16")
     monkeypatch.setattr(checks, "compare", lambda *a, **k: type("C", (), {"speedup": 0.9})())
     assert "below the 1.05x" in failure(lesson.check_channels_last, convert, MeanGate).summary
@@ -431,7 +438,7 @@ def test_loader_stats_counts_shapes_and_padding_exactly():
     assert stats.problems == []
 
 
-def test_cudnn_timings_are_not_applicable_off_cuda_and_run_on_any_device():
+def test_cudnn_timings_are_not_applicable_off_cuda_and_run_on_any_device(on_cpu):
     assert lesson.autotune_costs() is None
     costs = demo.measure_modes(torch.device("cpu"), width=4, batch=2, size=8)
     assert [c.mode for c in costs] == ["default", "benchmark", "deterministic"]

@@ -215,16 +215,15 @@ def test_checkpoint_check_names_the_mistake(no_timing, answer, cause):
     assert exc.status == "failed" and cause in str(exc), str(exc)
 
 
-@pytest.mark.parametrize(
-    ("device_class", "status"),
-    [("cpu", "passed"), ("cpu-bf16", "passed"), ("cuda-tensorcore", "failed")],
-)
-def test_checkpoint_time_limit_follows_the_device_class(monkeypatch, device_class, status):
-    """A 2x step time is what a CPU pays for recomputing GELU, LayerNorm and dropout; on a GPU
-    one extra forward should cost ~1.33x, so 2x there means something recomputes too much."""
+@pytest.mark.parametrize("device_class", ["cpu", "cpu-bf16", "cuda-tensorcore"])
+@pytest.mark.parametrize(("ratio", "status"), [(2.0, "passed"), (3.5, "failed")])
+def test_checkpoint_time_limit_follows_the_device_class(monkeypatch, device_class, ratio, status):
+    """Recomputing the check's small blocks costs ~2x on a CPU (GELU, LayerNorm, dropout) and
+    on a GPU (launch-bound: 1.8-2.7x measured on an H200); 3.5x means something recomputes
+    far too much."""
 
     class Slow:
-        speedup = 1 / 2.0
+        speedup = 1 / ratio
 
     monkeypatch.setattr(lesson_checks, "compare", lambda *a, **k: Slow())
     monkeypatch.setattr(lesson_checks, "device_class", lambda: device_class)
@@ -331,7 +330,8 @@ def test_plan_check_reports_not_attempted_and_refuses_the_reference():
 
 
 def test_tensor_peak_bytes_sees_recomputation_that_saved_tensor_hooks_miss():
-    blocks, x = lesson.make_blocks(depth=4, width=16), torch.randn(64, 16)
+    blocks = lesson.make_blocks(depth=4, width=16)  # on the course's device
+    x = torch.randn(64, 16, device=next(blocks.parameters()).device)
     from course_utils.memory import activation_bytes, tensor_peak_bytes
 
     def step(forward):

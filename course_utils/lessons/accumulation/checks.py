@@ -40,9 +40,12 @@ THRESHOLDS = {
         "overhead are dear to redo on a CPU). A guard against pathological recomputation only",
     ),
     "time_ratio_gpu": Threshold(
-        1.6,
-        "step time checkpointed / plain on a GPU: one extra forward is ~1.33x (Chen et al. "
-        "2016), Hugging Face quotes ~20%; not measured in this course's CI (no GPU)",
+        3.0,
+        "step time checkpointed / plain, measured once on an H200 (cuda-tensorcore, torch "
+        "2.11, quick mode, tests/test_lesson_07.py): 4 segments 1.79x, per block 2.71x. The "
+        "check's blocks are tiny, so the step is launch-bound and a recomputed forward costs "
+        "its full launch count; on large models one extra forward is ~1.33x (Chen et al. "
+        "2016). A guard against pathological recomputation only, as on CPUs",
     ),
     "plan_speed": Threshold(
         0.9,
