@@ -175,7 +175,19 @@ def device_name(device: torch.device | str | None = None) -> str:
         return torch.cuda.get_device_name(device)
     if device.type == "mps":
         return "Apple GPU (MPS)"
-    return platform.processor() or platform.machine() or "CPU"
+    return _cpu_model() or platform.processor() or platform.machine() or "CPU"
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (Linux /proc/cpuinfo); empty where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
 
 
 def env_info(device: torch.device | str | None = None) -> dict:

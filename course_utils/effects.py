@@ -57,7 +57,7 @@ class Effect:
 
 def _fmt(value: float, unit: str) -> str:
     if unit == "s":
-        return f"{value * 1e3:.3g} ms"
+        return f"{value:.3g} s" if value >= 1 else f"{value * 1e3:.3g} ms"
     if unit == "bytes":
         return f"{value / 2**20:.3g} MiB"
     return f"{value:.4g} {unit}".strip()

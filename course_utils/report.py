@@ -179,7 +179,7 @@ def _fmt(value: float | None, unit: str = "") -> str:
     if value is None:
         return ""
     if unit == "s":
-        return f"{value * 1e3:.3g} ms"
+        return f"{value:.3g} s" if value >= 1 else f"{value * 1e3:.3g} ms"
     if unit == "bytes":
         return f"{value / 2**20:.3g} MiB"
     return f"{value:.4g} {unit}".strip()
