@@ -10,26 +10,25 @@ learner prints or displays elsewhere is ignored.
 
 from __future__ import annotations
 
-import copy
-import csv
 import hashlib
 import json
-import os
 import queue
-import subprocess
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import nbformat
 from tqdm.auto import tqdm
 
-from .authoring import check_cells, check_id_of, mark_cells, read
+from .authoring import check_cells, read
 from .errors import UsageError
-from .protocol import ERROR, MIME, MISSING, NOT_APPLICABLE, PASSED, TIMEOUT
+from .feedback import feedback, write_csvs
+from .isolated import execute_isolated
+from .protocol import ERROR, GRADE_COLUMNS, MIME, MISSING, TIMEOUT
+from .restore import lesson_for, restore_checks
 
 STATE_FILE = ".grading-state.json"
 
@@ -53,7 +52,7 @@ class Row:
 
     @classmethod
     def columns(cls) -> list[str]:
-        return [f.name for f in fields(cls) if f.name not in ("hint", "parts")]
+        return list(GRADE_COLUMNS)
 
 
 @dataclass
@@ -80,80 +79,6 @@ def find_submissions(paths: list[Path]) -> list[Submission]:
     if not found:
         raise UsageError("nothing to grade: no .ipynb files in " + ", ".join(map(str, paths)))
     return found
-
-
-def lesson_for(nb, filename: str, solutions: dict[str, nbformat.NotebookNode]) -> str | None:
-    """Which solution notebook a submission answers: notebook metadata, then file name,
-    then the check ids its cells claim."""
-    lesson = nb.metadata.get("course", {}).get("lesson")
-    if lesson in solutions:
-        return lesson
-    for stem in sorted(solutions, key=len, reverse=True):
-        if stem in filename:
-            return stem
-    claimed = {check_id_of(c) for c in nb.cells} - {None}
-    for stem, sol in solutions.items():
-        if claimed & set(check_cells(sol, stem)):
-            return stem
-    return None
-
-
-def restore_checks(sub, sol, lesson: str) -> tuple[nbformat.NotebookNode, dict[str, str]]:
-    """The submission with every locked check cell as in the solution, tagged for the grader,
-    and all outputs cleared. Returns it and {check id: what was restored}."""
-    nb = copy.deepcopy(sub)
-    sol = mark_cells(copy.deepcopy(sol), lesson + ".ipynb")
-    sol_checks = check_cells(sol, lesson)
-    for cell in nb.cells:
-        cell.metadata.pop("course", None)  # only the grader may tag cells
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
-    claimed: set[str] = set()
-    for cell in nb.cells:
-        cid = check_id_of(cell)
-        if cid in sol_checks and cid not in claimed:
-            claimed.add(cid)
-            cell.metadata["course"] = {"check": cid}
-        elif cid is not None:
-            cell.metadata.pop("nbgrader", None)  # a duplicate or unknown claim: an ordinary cell
-    notes = {}
-    for cid, (index, sol_cell) in sol_checks.items():
-        fresh = nbformat.v4.new_code_cell(
-            sol_cell.source, metadata=copy.deepcopy(sol_cell.metadata)
-        )
-        fresh.metadata["course"] = {"check": cid}
-        pos = next(
-            (i for i, c in enumerate(nb.cells) if c.metadata.get("course", {}).get("check") == cid),
-            None,
-        )
-        if pos is not None:
-            if nb.cells[pos].source != sol_cell.source or nb.cells[pos].cell_type != "code":
-                notes[cid] = (
-                    "you had edited this locked check cell; it was restored and graded as written"
-                )
-            fresh["id"] = nb.cells[pos].get("id", fresh.get("id"))
-            nb.cells[pos] = fresh
-        else:
-            notes[cid] = (
-                "this locked check cell was missing from your notebook; it was put back and graded"
-            )
-            nb.cells.insert(_insert_position(nb, sol, index), fresh)
-    return nb, notes
-
-
-def _anchors(cell) -> set[str]:
-    """What identifies a cell across copies: its nbgrader grade_id and its cell id."""
-    return {a for a in (cell.metadata.get("nbgrader", {}).get("grade_id"), cell.get("id")) if a}
-
-
-def _insert_position(nb, sol, sol_index: int) -> int:
-    """After the submission's copy of the nearest earlier solution cell we can recognise."""
-    for j in range(sol_index - 1, -1, -1):
-        anchors = _anchors(sol.cells[j])
-        for i, cell in enumerate(nb.cells):
-            if anchors & _anchors(cell):
-                return i + 1
-    return len(nb.cells)
 
 
 def _error_line(cell) -> tuple[str, str] | None:
@@ -223,89 +148,6 @@ def read_results(executed, sol, lesson: str, run_status: dict, cell_timeout: flo
             }.get(run_status.get("outcome"), "the check cell produced no result")
             results.append({**base, "status": MISSING, "message": why})
     return results
-
-
-def _kill_tree(proc: subprocess.Popen) -> None:
-    import psutil
-
-    try:
-        parent = psutil.Process(proc.pid)
-        for child in parent.children(recursive=True):
-            child.kill()
-        parent.kill()
-    except psutil.NoSuchProcess:
-        pass
-
-
-def kernel_env(*, quick: bool, gpu: int | None = None) -> dict[str, str]:
-    """The environment a grading kernel starts with.
-
-    Figures: the kernel's inline backend turns each figure into an image output (which the
-    report keeps); an inherited MPLBACKEND=Agg would replace it and lose every plot.
-    Threads: torch's OpenMP threads wait passively, so a kernel beside other jobs is not
-    slowed by its own spinning threads (see course_utils/__init__.py for the measurement).
-    GPU: with --jobs N, each job sees one GPU of its own (None: all GPUs, as inherited).
-    """
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE"}
-    env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
-    if quick:
-        env["COURSE_QUICK"] = "1"
-    if gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
-    return env
-
-
-def execute_isolated(
-    nb,
-    workdir: Path,
-    *,
-    cell_timeout: float,
-    notebook_timeout: float,
-    quick: bool,
-    gpu: int | None = None,
-) -> tuple[nbformat.NotebookNode | None, dict]:
-    """Run `nb` in a child process inside `workdir`; return the executed notebook and status."""
-    src, out = workdir / "submission.ipynb", workdir / "executed.ipynb"
-    nbformat.write(nb, str(src))
-    env = kernel_env(quick=quick, gpu=gpu)
-    cmd = [
-        sys.executable,
-        "-m",
-        "course_utils.execute",
-        str(src),
-        str(out),
-        "--cell-timeout",
-        str(cell_timeout),
-    ]
-    if quick:
-        cmd.append("--quick")
-    proc = subprocess.Popen(
-        cmd, cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        _, stderr = proc.communicate(timeout=notebook_timeout)
-        status_file = out.with_name(out.name + ".status.json")
-        status = (
-            json.loads(status_file.read_text())
-            if status_file.exists()
-            else {
-                "outcome": "crashed",
-                "detail": (stderr or "").strip().splitlines()[-1:][0]
-                if stderr and stderr.strip()
-                else f"exit code {proc.returncode}",
-            }
-        )
-    except subprocess.TimeoutExpired:
-        _kill_tree(proc)
-        proc.communicate()
-        status = {"outcome": "notebook-timeout", "detail": f"ran past {notebook_timeout:g} s"}
-    executed = None
-    if out.exists():
-        try:
-            executed = nbformat.read(str(out), as_version=4)
-        except Exception:  # a half-written file after a kill
-            executed = None
-    return executed, status
 
 
 def _fingerprint(data: bytes, settings: str) -> str:
@@ -396,31 +238,6 @@ def grade_one(
             nbformat.write(executed, str(out / "executed" / f"{sub.slug}.ipynb"))
     results = read_results(executed or prepared, solutions[lesson], lesson, status, cell_timeout)
     return rows_of(lesson, results), notes
-
-
-def feedback(sub: Submission, rows: list[Row], notes: dict[str, str]) -> str:
-    earned = sum(r.points for r in rows)
-    possible = sum(r.max_points for r in rows if r.status != NOT_APPLICABLE)
-    lesson = rows[0].notebook if rows else ""
-    device = next((r.device_class for r in rows if r.device_class), "unknown")
-    lines = [f"# Feedback: {sub.name}", ""]
-    lines.append(
-        f"Lesson **{lesson or '?'}**, graded on a `{device}` device: **{earned:g} / {possible:g} points**."
-    )
-    lines += ["", "| check | status | points | measured | expected |", "|---|---|---|---|---|"]
-    for r in rows:
-        fmt = lambda v: "" if v is None else f"{v:.4g}"  # noqa: E731
-        lines.append(
-            f"| {r.check or '(notebook)'} | {r.status} | {r.points:g}/{r.max_points:g} | {fmt(r.value)} | {fmt(r.threshold)} |"
-        )
-    for r in rows:
-        lines += ["", f"## {r.check or 'notebook'}: {r.status}", ""]
-        lines += [f"- {p['name']} ({p['status']}): {p['message']}" for p in r.parts] or [r.message]
-        if r.check in notes:
-            lines += ["", f"*Note:* {notes[r.check]}."]
-        if r.status != PASSED and r.hint:
-            lines += ["", f"*Hint:* {r.hint}"]
-    return "\n".join(lines) + "\n"
 
 
 @dataclass
@@ -520,29 +337,9 @@ def grade(
             if entry is not None:
                 state[sub.name] = entry
                 state_path.write_text(json.dumps(state, indent=1))
-    _write_csvs(out, [results[s.name][0] for s in subs])
+    write_csvs(out, [results[s.name][0] for s in subs])
     counts: dict[str, int] = {}
     for rows, _ in results.values():
         for r in rows:
             counts[r.status] = counts.get(r.status, 0) + 1
     return GradeSummary(out, len(subs), sum(reused for _, reused in results.values()), counts)
-
-
-def _write_csvs(out: Path, per_submission: list[list[Row]]) -> None:
-    with open(out / "grades.csv", "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(Row.columns())
-        for rows in per_submission:
-            for r in rows:
-                d = asdict(r)
-                writer.writerow(["" if d[c] is None else d[c] for c in Row.columns()])
-    with open(out / "summary.csv", "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["submission", "notebook", "points", "max_points", "percent"])
-        for rows in per_submission:
-            earned = sum(r.points for r in rows)
-            possible = sum(r.max_points for r in rows if r.status != NOT_APPLICABLE)
-            percent = f"{100 * earned / possible:.1f}" if possible else ""
-            writer.writerow(
-                [rows[0].submission, rows[0].notebook, f"{earned:g}", f"{possible:g}", percent]
-            )

@@ -79,7 +79,9 @@ class Report:
 
 def run_notebook(path: Path, out: Path, *, quick: bool, timeout: float) -> NotebookRun:
     """Execute one solution notebook as the grader would, and read what it measured."""
-    from .grading import execute_isolated, read_results, restore_checks
+    from .grading import read_results
+    from .isolated import execute_isolated
+    from .restore import restore_checks
 
     lesson, sol = path.stem, read(path)
     prepared, _ = restore_checks(sol, sol, lesson)

@@ -16,7 +16,8 @@ import pytest
 from grading_fixtures import TOY, make_course
 
 from course_utils.authoring import learner_copy, read
-from course_utils.grading import grade, restore_checks
+from course_utils.grading import grade
+from course_utils.restore import restore_checks
 
 pytestmark = pytest.mark.timeout(900)
 

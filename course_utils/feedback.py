@@ -1,0 +1,57 @@
+"""What `course grade` writes for people: grades.csv, summary.csv and each learner's feedback."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import asdict
+from pathlib import Path
+
+from .protocol import GRADE_COLUMNS, NOT_APPLICABLE, PASSED
+
+
+def feedback(sub, rows: list, notes: dict[str, str]) -> str:
+    """The learner's feedback file: points, a table of checks, then each check explained."""
+    earned = sum(r.points for r in rows)
+    possible = sum(r.max_points for r in rows if r.status != NOT_APPLICABLE)
+    lesson = rows[0].notebook if rows else ""
+    device = next((r.device_class for r in rows if r.device_class), "unknown")
+    lines = [f"# Feedback: {sub.name}", ""]
+    lines.append(
+        f"Lesson **{lesson or '?'}**, graded on a `{device}` device: **{earned:g} / {possible:g} points**."
+    )
+    lines += ["", "| check | status | points | measured | expected |", "|---|---|---|---|---|"]
+    for r in rows:
+        fmt = lambda v: "" if v is None else f"{v:.4g}"  # noqa: E731
+        lines.append(
+            f"| {r.check or '(notebook)'} | {r.status} | {r.points:g}/{r.max_points:g} | {fmt(r.value)} | {fmt(r.threshold)} |"
+        )
+    for r in rows:
+        lines += ["", f"## {r.check or 'notebook'}: {r.status}", ""]
+        lines += [f"- {p['name']} ({p['status']}): {p['message']}" for p in r.parts] or [r.message]
+        if r.check in notes:
+            lines += ["", f"*Note:* {notes[r.check]}."]
+        if r.status != PASSED and r.hint:
+            lines += ["", f"*Hint:* {r.hint}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_csvs(out: Path, per_submission: list[list]) -> None:
+    """grades.csv (one row per submission x check) and summary.csv (points per submission;
+    not-applicable checks count against nobody)."""
+    with open(out / "grades.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(list(GRADE_COLUMNS))
+        for rows in per_submission:
+            for r in rows:
+                d = asdict(r)
+                writer.writerow(["" if d[c] is None else d[c] for c in list(GRADE_COLUMNS)])
+    with open(out / "summary.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["submission", "notebook", "points", "max_points", "percent"])
+        for rows in per_submission:
+            earned = sum(r.points for r in rows)
+            possible = sum(r.max_points for r in rows if r.status != NOT_APPLICABLE)
+            percent = f"{100 * earned / possible:.1f}" if possible else ""
+            writer.writerow(
+                [rows[0].submission, rows[0].notebook, f"{earned:g}", f"{possible:g}", percent]
+            )
