@@ -154,19 +154,34 @@ def _probe_cpu_flops(dtype: torch.dtype) -> float:
     return 2 * n**3 / best
 
 
+PEAK_OPS = ("matmul", "conv")  # the op kinds whose float32 TF32 switch is separate
+
+
 def peak_flops(
-    device: torch.device | str | None = None, dtype: torch.dtype = torch.float32
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+    op: str = "matmul",
 ) -> float | None:
-    """Peak dense FLOP/s: the data sheet for known GPUs, a short matmul probe on a CPU."""
+    """Peak dense FLOP/s: the data sheet for known GPUs, a short matmul probe on a CPU.
+
+    For float32 on Ampere and newer, `op` picks the TF32 switch that applies: matmuls
+    (`torch.backends.cuda.matmul`, off by default) or cuDNN convolutions
+    (`torch.backends.cudnn`, on by default). A plain fp32 MLP is measured against the fp32
+    peak unless matmul TF32 is on, a conv net against the TF32 peak unless cuDNN's is off;
+    one flag for both read an MLP's MFU 7-8x too low on an A100 or H100.
+    """
+    if op not in PEAK_OPS:
+        raise ValueError(f"op must be one of {PEAK_OPS}, got {op!r}")
     device = torch.device(device) if device is not None else get_device()
     if device.type == "cuda":
-        # float32 work that may run in TF32 (cuDNN convs by default) is measured against the
-        # TF32 peak, or a conv net's "fp32" MFU could pass 100%
-        tf32 = cuda_capability(device)[0] >= 8 and any(tf32_state().values())
+        tf32 = cuda_capability(device)[0] >= 8 and tf32_state()[_TF32_FLAG[op]]
         return gpu_peak_flops(torch.cuda.get_device_name(device), dtype, tf32)
     if device.type == "cpu":
         return _probe_cpu_flops(dtype)
     return None
+
+
+_TF32_FLAG = {"matmul": "matmul", "conv": "cudnn"}  # op kind -> its key in tf32_state()
 
 
 def device_name(device: torch.device | str | None = None) -> str:

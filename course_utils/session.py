@@ -22,8 +22,8 @@ def env(verbose: bool = True) -> dict:
     """Device, class, versions, peak FLOP/s and the data set in use; printed as a table."""
     device = get_device()
     info = env_info(device)
-    peak = peak_flops(device)
-    info["peak_flops"] = peak
+    peak, conv_peak = peak_flops(device), peak_flops(device, op="conv")
+    info["peak_flops"], info["peak_flops_conv"] = peak, conv_peak
     info["dataset"] = dataset_source()
     info["quick"] = mode.is_quick()
     if verbose:
@@ -32,19 +32,27 @@ def env(verbose: bool = True) -> dict:
             ("device class", info["device_class"]),
             ("torch / CUDA", f"{info['torch']} / {info['cuda'] or 'none'}"),
             ("threads", f"{info['threads']} of {info['cpu_count']} CPUs"),
-            (_peak_label(info), f"{peak / 1e12:.2f} TFLOP/s" if peak else "unknown"),
+            (_peak_label(info, "matmul"), _tflops(peak)),
+            *([(_peak_label(info, "cudnn"), _tflops(conv_peak))] if conv_peak != peak else []),
             ("data", info["dataset"]),
             ("quick mode", "on" if info["quick"] else "off"),
         ]
-        print("\n".join(f"{k:>13}: {v}" for k, v in rows))
+        width = max(len(k) for k, _ in rows)
+        print("\n".join(f"{k:>{width}}: {v}" for k, v in rows))
     return info
 
 
-def _peak_label(info: dict) -> str:
-    """ "peak fp32", or "peak fp32 (TF32)" where float32 work may run on TF32 tensor cores,
-    which is the peak the harness then uses (course_utils.device.peak_flops)."""
+def _tflops(peak: float | None) -> str:
+    return f"{peak / 1e12:.2f} TFLOP/s" if peak else "unknown"
+
+
+def _peak_label(info: dict, flag: str) -> str:
+    """ "peak fp32 matmul", with "(TF32)" where that op kind's float32 work may run on TF32
+    tensor cores: the peak the harness then uses (course_utils.device.peak_flops, `op`)."""
     tf32 = info.get("tf32")
-    return "peak fp32 (TF32)" if isinstance(tf32, dict) and any(tf32.values()) else "peak fp32"
+    kind = {"matmul": "matmul", "cudnn": "conv"}[flag]
+    on = isinstance(tf32, dict) and tf32.get(flag)
+    return f"peak fp32 {kind}" + (" (TF32)" if on else "")
 
 
 def setup(quick: bool | None = None, seed: int = 0, verbose: bool = True) -> dict:

@@ -228,17 +228,62 @@ def test_h100_and_h200_variants_get_their_own_data_sheet_peaks(name, fp32):
     assert gpu_peak_flops(name) == fp32
 
 
-def test_float32_peak_is_the_tf32_peak_when_tf32_may_run(fake_gpu, monkeypatch):
+def tf32(monkeypatch, *, matmul: bool, cudnn: bool) -> None:
+    monkeypatch.setattr(device, "tf32_state", lambda: {"matmul": matmul, "cudnn": cudnn})
+
+
+@pytest.mark.parametrize(
+    ("name", "fp32"), [("NVIDIA A100-SXM4-40GB", 19.5e12), ("NVIDIA H200", 67e12)]
+)
+def test_fp32_matmul_peak_stays_fp32_when_only_cudnn_tf32_is_on(fake_gpu, monkeypatch, name, fp32):
+    """PyTorch's defaults (matmul TF32 off, cuDNN TF32 on): lesson 00's fp32 MLP must be
+    measured against the fp32 peak, not the TF32 one (7-8x higher on these GPUs)."""
+    fake_gpu((8, 0), name)
+    tf32(monkeypatch, matmul=False, cudnn=True)
+    assert peak_flops(CUDA) == fp32
+    assert peak_flops(CUDA, op="matmul") == fp32
+
+
+def test_conv_peak_is_the_tf32_peak_while_cudnn_tf32_is_on(fake_gpu, monkeypatch):
     """cuDNN convolutions use TF32 by default on Ampere+: against the plain fp32 peak a conv
     net's "fp32" MFU could pass 100%."""
     fake_gpu((8, 0), "NVIDIA A100-SXM4-40GB")
-    monkeypatch.setattr(device, "tf32_state", lambda: {"matmul": False, "cudnn": True})
-    assert peak_flops(torch.device("cuda")) == 156e12
-    monkeypatch.setattr(device, "tf32_state", lambda: {"matmul": False, "cudnn": False})
-    assert peak_flops(torch.device("cuda")) == 19.5e12
+    tf32(monkeypatch, matmul=False, cudnn=True)
+    assert peak_flops(CUDA, op="conv") == 156e12
+    tf32(monkeypatch, matmul=False, cudnn=False)
+    assert peak_flops(CUDA, op="conv") == 19.5e12
+
+
+def test_matmul_peak_is_the_tf32_peak_once_matmul_tf32_is_on(fake_gpu, monkeypatch):
+    fake_gpu((8, 0), "NVIDIA A100-SXM4-40GB")
+    tf32(monkeypatch, matmul=True, cudnn=False)
+    assert peak_flops(CUDA) == 156e12
+    assert peak_flops(CUDA, op="conv") == 19.5e12
+
+
+def test_no_tf32_peak_before_ampere(fake_gpu, monkeypatch):
     fake_gpu((7, 5), "Tesla T4")
-    monkeypatch.setattr(device, "tf32_state", lambda: {"matmul": True, "cudnn": True})
-    assert peak_flops(torch.device("cuda")) == 8.1e12  # no TF32 before Ampere
+    tf32(monkeypatch, matmul=True, cudnn=True)
+    assert peak_flops(CUDA) == peak_flops(CUDA, op="conv") == 8.1e12
+
+
+def test_peak_flops_names_the_op_kinds_it_knows():
+    with pytest.raises(ValueError, match="matmul"):
+        peak_flops(CPU, op="attention")
+
+
+def test_setup_prints_both_fp32_peaks_where_matmul_and_conv_differ(fake_gpu, monkeypatch, capsys):
+    """Default flags on an H200: the fp32 matmul peak (67) and the TF32 conv peak (494)."""
+    from course_utils import session
+
+    fake_gpu((9, 0), "NVIDIA H200")
+    tf32(monkeypatch, matmul=False, cudnn=True)
+    monkeypatch.setenv("COURSE_DEVICE", "cuda")
+    info = session.env()
+    out = capsys.readouterr().out
+    assert info["peak_flops"] == 67e12 and info["peak_flops_conv"] == 494e12
+    assert "peak fp32 matmul: 67.00 TFLOP/s" in out
+    assert "peak fp32 conv (TF32): 494.00 TFLOP/s" in out
 
 
 def test_tf32_state_reads_the_backend_flags():
