@@ -116,3 +116,64 @@ def test_train_makes_no_host_device_sync_per_step():
         )
     assert len(history.loss) == 8 and all(isinstance(v, float) for v in history.loss)
     assert CountReads.reads <= 1
+
+
+@pytest.fixture
+def fp16_on_cpu(monkeypatch):
+    """train()'s T4/V100 path (fp16 autocast + GradScaler) run on a CPU: the detection that
+    picks it is faked, the scaler and autocast are real."""
+    import importlib
+
+    train_module = importlib.import_module("course_utils.train")  # cu.train is the function
+    monkeypatch.setattr(cu.device, "amp_dtype", lambda device=None: torch.float16)
+    monkeypatch.setattr(train_module, "needs_grad_scaler", lambda device, amp: amp)
+    calls = {"step": 0, "get_scale": 0}
+    real_step, real_get_scale = torch.amp.GradScaler.step, torch.amp.GradScaler.get_scale
+
+    def step(self, *args, **kwargs):
+        calls["step"] += 1
+        return real_step(self, *args, **kwargs)
+
+    def get_scale(self):
+        calls["get_scale"] += 1
+        return real_get_scale(self)
+
+    monkeypatch.setattr(torch.amp.GradScaler, "step", step)
+    monkeypatch.setattr(torch.amp.GradScaler, "get_scale", get_scale)
+    return calls
+
+
+def test_fp16_path_trains_through_the_grad_scaler_and_steps_the_schedule(fp16_on_cpu):
+    model = cu.SmallCNN(width=8)
+    opt = torch.optim.SGD(model.parameters(), 0.1)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=6)
+    history = cu.train(
+        model, tiny_loader(), opt, steps=6, scheduler=sched, amp=True, progress=False
+    )
+    assert fp16_on_cpu["step"] == 6
+    assert all(torch.isfinite(torch.tensor(history.loss)))
+    assert history.lr[-1] < history.lr[1]  # no step was taken as skipped
+
+
+def test_fp16_path_reads_nothing_back_beyond_the_scalers_own_inf_check(fp16_on_cpu):
+    """GradScaler.step reads its inf check to the host (one sync per step, unavoidable for
+    a non-fused optimizer); telling a skipped step must not add get_scale() reads."""
+    from torch.overrides import TorchFunctionMode
+
+    class CountReads(TorchFunctionMode):
+        reads = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            reads = (torch.Tensor.item, torch.Tensor.__float__, torch.Tensor.tolist)
+            if func in reads and args[0].is_floating_point():
+                CountReads.reads += 1
+            return func(*args, **(kwargs or {}))
+
+    model, steps = cu.SmallCNN(width=8), 4
+    with CountReads():
+        cu.train(
+            model, tiny_loader(), torch.optim.SGD(model.parameters(), 0.1), steps=steps,
+            amp=True, progress=False,
+        )  # fmt: skip
+    assert fp16_on_cpu["get_scale"] == 0
+    assert CountReads.reads <= steps + 1  # the scaler's inf check per step, the losses once
