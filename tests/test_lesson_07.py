@@ -4,6 +4,7 @@ learners make with accumulation, checkpointing and micro-batch planning, naming 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -341,3 +342,21 @@ def test_tensor_peak_bytes_sees_recomputation_that_saved_tensor_hooks_miss():
         activation_bytes(lambda: whole_model(blocks, x)) < activation_bytes(lambda: blocks(x)) / 4
     )
     assert tensor_peak_bytes(step(whole_model)) >= 0.9 * tensor_peak_bytes(step(lambda b, h: b(h)))
+
+
+def test_cuda_peak_probe_warms_up_before_its_first_measurement(monkeypatch):
+    """The first CUDA matmul allocates cuBLAS's workspace (8-32 MiB) and the first backward
+    the gradients: a warm-up call must come before the peak is read, or the first
+    configuration probed is charged for them (CUDA faked: the peak reader is a spy)."""
+    from course_utils.lessons.accumulation import demo
+
+    events = []
+
+    def fake_peak(fn, device=None):
+        events.append("measure")
+        fn()
+        return SimpleNamespace(extra_bytes=1)
+
+    monkeypatch.setattr(demo, "cuda_peak_memory", fake_peak)
+    assert demo.step_peak_bytes(lambda: events.append("step"), torch.device("cuda")) == 1
+    assert events == ["step", "measure", "step"]

@@ -310,11 +310,19 @@ class Probe:
     def _measure(self, micro_batch: int, ckpt: bool) -> Measured:
         x = torch.randn(micro_batch, self.width, device=get_device())
         step = train_step(per_block_forward if ckpt else plain_forward, self.blocks, x)
-        if x.device.type == "cuda":
-            peak = cuda_peak_memory(step).extra_bytes
-        else:
-            peak = tensor_peak_bytes(step)
+        peak = step_peak_bytes(step, x.device)
         return Measured(micro_batch, ckpt, peak, micro_batch / time_step(step, self.repeats))
+
+
+def step_peak_bytes(step: Callable[[], None], device: torch.device) -> int:
+    """Peak bytes one call of `step()` adds. On CUDA one warm-up call comes first: the first
+    matmul allocates cuBLAS's workspace (8 MiB, 32 MiB on Hopper) and the first backward the
+    gradients, both kept afterwards, so without it the first configuration probed would be
+    charged for them and later ones would not."""
+    if device.type == "cuda":
+        step()
+        return cuda_peak_memory(step, device).extra_bytes
+    return tensor_peak_bytes(step)
 
 
 def per_block_forward(blocks: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
