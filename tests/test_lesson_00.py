@@ -263,3 +263,27 @@ def test_slowest_op_check_rejects_a_row_object_and_reports_not_attempted():
         in failure(lesson.check_slowest_op, lambda s: profiled(s).key_averages()[0]).summary
     )
     assert status_of(lesson.check_slowest_op, not_attempted) == "not-attempted"
+
+
+def test_cuda_event_timing_warms_up_before_the_first_recorded_event(monkeypatch):
+    """The first calls pay cuBLAS/cuDNN set-up; no event may be recorded before a warm-up
+    call has run and been synchronised (CUDA faked: events and sync are spies)."""
+    events = []
+
+    class Event:
+        def __init__(self, enable_timing: bool):
+            assert enable_timing
+
+        def record(self):
+            events.append("record")
+
+        def elapsed_time(self, end) -> float:
+            return 1.0
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: events.append("sync"))
+    assert lesson.cuda_event_ms(lambda: events.append("call"), repeats=2) == [1.0, 1.0]
+    first = events.index("record")
+    assert "call" in events[:first] and events[first - 1] == "sync"
+    assert events[first:] == ["record", "call", "record"] * 2 + ["sync"]

@@ -139,11 +139,16 @@ def profile_step(step: Callable[[], None], *, warmup: int = 1) -> profile:
     return prof
 
 
-def cuda_event_ms(fn: Callable[[], object], repeats: int = 10) -> list[float]:
+def cuda_event_ms(fn: Callable[[], object], repeats: int = 10, warmup: int = 2) -> list[float]:
     """Milliseconds per call measured by CUDA events, recorded on the stream around each call:
-    the GPU's own clock, no host synchronisation inside the timed region."""
+    the GPU's own clock, no host synchronisation inside the timed region. `warmup` calls run
+    first, synchronised: the first calls pay one-off costs (cuBLAS handle and workspace,
+    cuDNN plans, the caching allocator's first blocks) that are no part of a step's time."""
     if not torch.cuda.is_available():
         raise RuntimeError("CUDA events need a CUDA device")
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
     pairs = [
         (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
         for _ in range(repeats)
