@@ -404,3 +404,48 @@ def test_objects_passed_as_restore_come_back():
 
     diagnose(model, opt, images(), with_schedule, steps=STEPS, restore=[sched])
     assert sched.last_epoch == 0 and opt.param_groups[0]["lr"] == 1e-3
+
+
+class DtypeRecorder(nn.Module):
+    """A conv net that records the autocast dtype each forward runs under (None: fp32)."""
+
+    seen: list = []
+
+    def __init__(self):
+        super().__init__()
+        self.net = SmallCNN(width=8)
+
+    def forward(self, x):
+        on = torch.is_autocast_enabled("cpu")
+        DtypeRecorder.seen.append(torch.get_autocast_dtype("cpu") if on else None)
+        return self.net(x)
+
+
+def test_layout_cudnn_and_batch_probes_run_in_the_loops_autocast_dtype(monkeypatch):
+    """On an AMP loop, channels_last judged in fp32 shows no tensor-core gain (a T4): every
+    probe must time forward+backward under the loop's autocast dtype (GPU class faked)."""
+    monkeypatch.setattr(DIAGNOSE, "device_class", lambda d: "cuda-tensorcore")
+    probed = []
+
+    def record(ctx, base, cand, labels):
+        DtypeRecorder.seen.clear()
+        base(), cand()
+        probed.append((labels, set(DtypeRecorder.seen)))
+        return 1.0, ctx.window.compute_s
+
+    monkeypatch.setattr(probes, "_time_pair", record)
+    torch.manual_seed(0)
+    model = DtypeRecorder()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+
+    def bf16_step(batch):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(batch[0]), batch[1])
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    diagnose(model, opt, images(n=64, batch=32), bf16_step, steps=6)
+    by_label = dict(probed)
+    for labels in [("NCHW", "NHWC"), ("benchmark off", "benchmark on"), ("batch 32", "batch 64")]:
+        assert by_label[labels] == {torch.bfloat16}, (labels, by_label)

@@ -32,6 +32,14 @@ class Context:
         return self.window.seen.inputs
 
     @property
+    def loop_dtype(self) -> torch.dtype | None:
+        """The autocast dtype the learner's forward ran under (None: no autocast). Probes run
+        in it: channels_last or a larger batch judged in fp32 would miss what an AMP loop
+        gains (tensor cores take NHWC fp16/bf16, not fp32)."""
+        used = sorted((d for d in self.window.seen.autocast if d is not None), key=str)
+        return used[0] if used else None
+
+    @property
     def base_model(self) -> nn.Module:
         """The model without DDP or torch.compile wrappers: what the probes copy."""
         m = self.model

@@ -1,8 +1,9 @@
 """Probes timed on copies: what a change would be worth in this loop, measured both ways,
 interleaved (`course_utils.measure.compare`). The learner's model and optimizer are never
 touched: forward+backward runs on a deep copy with the inputs seen in the window and a
-surrogate loss (the mean of the outputs: the backward pass costs the same), the optimizer
-on copies of the parameters with random gradients."""
+surrogate loss (the mean of the outputs: the backward pass costs the same), under the
+autocast dtype the loop uses (`Context.loop_dtype`), the optimizer on copies of the
+parameters with random gradients."""
 
 from __future__ import annotations
 
@@ -84,8 +85,8 @@ def anomaly_cost(ctx: Context) -> float | None:
         warnings.filterwarnings("ignore", "Anomaly Detection has been enabled")
         s, part = _time_pair(
             ctx,
-            fwd_bwd(m, args, kwargs, anomaly=True),
-            fwd_bwd(m, args, kwargs),
+            fwd_bwd(m, args, kwargs, dtype=ctx.loop_dtype, anomaly=True),
+            fwd_bwd(m, args, kwargs, dtype=ctx.loop_dtype),
             ("anomaly", "off"),
         )
     return step_gain(ctx.window.step_s, part, s)
@@ -210,10 +211,10 @@ def batch_size(ctx: Context) -> None:
         ctx.not_checked.append("batch size: the model's batched inputs were not seen")
         return
     m = _copy(ctx)
-    base, ratios, oom = fwd_bwd(m, args, kwargs), {}, None
+    base, ratios, oom = fwd_bwd(m, args, kwargs, dtype=ctx.loop_dtype), {}, None
     for k in (2, 4):
         try:
-            big = fwd_bwd(m, *_scaled((args, kwargs), b, k))
+            big = fwd_bwd(m, *_scaled((args, kwargs), b, k), dtype=ctx.loop_dtype)
             ratios[k] = k * _time_pair(ctx, base, big, (f"batch {b}", f"batch {k * b}"))[0]
         except RuntimeError as e:  # out of memory at k x the batch: no headroom
             if not is_out_of_memory(e):
@@ -264,8 +265,8 @@ def conv_layout(ctx: Context) -> None:
         a, b = _copy(ctx), _copy(ctx, torch.channels_last)
         s, part = _time_pair(
             ctx,
-            fwd_bwd(a, args, kwargs),
-            fwd_bwd(b, args, kwargs, fmt=torch.channels_last),
+            fwd_bwd(a, args, kwargs, dtype=ctx.loop_dtype),
+            fwd_bwd(b, args, kwargs, dtype=ctx.loop_dtype, fmt=torch.channels_last),
             ("NCHW", "NHWC"),
         )
         _layout_finding(
@@ -278,7 +279,7 @@ def conv_layout(ctx: Context) -> None:
     fixed = len(set(ctx.window.seen.shapes)) == 1
     if not ctx.cudnn_benchmark and fixed and any(ctx.inputs):
         m = _copy(ctx)
-        run = fwd_bwd(m, args, kwargs)
+        run = fwd_bwd(m, args, kwargs, dtype=ctx.loop_dtype)
 
         def off():
             torch.backends.cudnn.benchmark = False  # restored with the learner's flags
@@ -298,6 +299,10 @@ def conv_layout(ctx: Context) -> None:
         )
 
 
+def _precision(ctx: Context) -> str:
+    return f"under autocast({ctx.loop_dtype}) as the loop" if ctx.loop_dtype else "in fp32"
+
+
 def _layout_finding(ctx: Context, kind: str, speedup: float, part: float, fix: str) -> None:
     gain = step_gain(ctx.window.step_s, part, speedup)
     if gain < value("layout_gain"):
@@ -311,7 +316,7 @@ def _layout_finding(ctx: Context, kind: str, speedup: float, part: float, fix: s
         Finding(
             kind,
             title,
-            f"forward+backward {speedup:.2f}x faster with the change, on a copy",
+            f"forward+backward {speedup:.2f}x faster with the change, on a copy, {_precision(ctx)}",
             fix,
             gain,
             "estimated",
