@@ -352,3 +352,33 @@ def test_transfer_fails_float_copies_pinning_blocking_fixed_device_and_wrong_val
 def test_transfer_not_attempted_and_reference_refused():
     assert fails(lesson.check_transfer, not_attempted) == "not-attempted"
     assert fails(lesson.check_transfer, lambda *a: lesson.reference_to_device(*a)) == "failed"
+
+
+def test_reference_transfer_keeps_mean_and_std_on_the_device_across_batches():
+    """On CUDA, a tensor built from host values with device= is a blocking copy that waits
+    for the images' non_blocking copy just queued. After the first batch the reference's
+    only host-to-device work is the batch itself (meta device standing in for a GPU)."""
+    from torch.overrides import TorchFunctionMode
+
+    class HostToDevice(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.made, self.moved = 0, 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            device = kwargs.get("device")
+            if func in (torch.tensor, torch.as_tensor) and device not in (None, "cpu"):
+                self.made += torch.device(device).type != "cpu"
+            if getattr(func, "__name__", "") == "to" and isinstance(out, torch.Tensor):
+                self.moved += args[0].device != out.device
+            return out
+
+    meta = torch.device("meta")
+    batch = (torch.zeros(4, 3, 8, 8, dtype=torch.uint8), torch.arange(4))
+    lesson.reference_to_device(batch, meta, (0.1, 0.2, 0.3), (0.4, 0.5, 0.6))
+    with HostToDevice() as spy:
+        for _ in range(3):
+            lesson.reference_to_device(batch, meta, (0.1, 0.2, 0.3), (0.4, 0.5, 0.6))
+    assert (spy.made, spy.moved) == (0, 6)  # images and labels, per batch
