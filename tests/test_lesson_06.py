@@ -17,11 +17,13 @@ from pathlib import Path
 
 import psutil
 import pytest
+import torch
 from check_helpers import failure, status_of
 
 from course_utils.authoring import learner_copy, read
 from course_utils.lessons import distributed as lesson
 from course_utils.lessons.distributed import checks as lesson_checks
+from course_utils.lessons.distributed import workload as lesson_workload
 from course_utils.lessons.distributed.judge import RankFailed
 from course_utils.lessons.distributed.launch import Launch
 
@@ -315,3 +317,61 @@ def test_scaling_efficiency_is_the_speedup_per_process_on_the_same_global_batch(
     s = lesson.Scaling(samples, {}, batch=256, world=2, device="cpu", torch="x", launch_s=1.0)
     assert s.speedup == pytest.approx(1.5) and s.efficiency == pytest.approx(0.75)
     assert "**75%**" in lesson.scaling_verdict(s, 2)
+
+
+def fake_gpus(monkeypatch, count: int) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+
+
+@pytest.mark.parametrize(
+    ("gpus", "backend", "says"),
+    [(0, "gloo", "2 CPU processes (gloo"), (1, "gloo", "2 CPU processes (gloo"),
+     (2, "nccl", "2 processes (NCCL, one GPU each)")],
+    ids=["laptop", "one-gpu-colab", "two-gpus"],
+)  # fmt: skip
+def test_launch_backend_and_its_description_follow_the_gpus_present(
+    monkeypatch, gpus, backend, says
+):
+    fake_gpus(monkeypatch, gpus)
+    assert lesson_workload.launch_backend(2) == backend
+    assert lesson_workload.describe_launch(2).startswith(says)
+
+
+def test_ddp_check_message_names_the_backend_and_devices(monkeypatch, tmp_path):
+    """On a two-GPU machine the launch runs NCCL: the check says so (launch faked)."""
+    fake_gpus(monkeypatch, 2)
+    monkeypatch.setenv("COURSE_DEVICE", "cpu")  # the grading process itself: no GPU here
+    script = tmp_path / "ddp_train.py"
+    script.write_text("")
+    done = Launch(["torchrun"], 0, 3.0, 120, "")
+    monkeypatch.setattr(lesson_checks, "torchrun", lambda *a, **k: done)
+    exc = failure(lesson.check_ddp_script, script)  # no trace: the ranks did not train
+    assert "2 processes (NCCL, one GPU each) finished after 3.0 s" in exc.summary
+
+
+def nccl_scaling() -> lesson.Scaling:
+    samples = {
+        "1 process": [0.004],
+        "DDP, 2 processes": [0.0025],
+        "all-reduce alone": [0.001],
+        "accumulate x4": [0.01],
+        "accumulate x4 + no_sync": [0.008],
+    }
+    return lesson.Scaling(samples, {}, 256, 2, "cuda:0", "x", 1.0, backend="nccl")
+
+
+def test_scaling_table_and_verdict_name_nccl_and_gpus_not_threads_or_cpus():
+    s = nccl_scaling()
+    text = lesson.scaling_table(s) + lesson.scaling_verdict(s, 16)
+    assert "NCCL, one GPU each" in text
+    assert "thread" not in text and "CPU" not in text
+    assert s.variants == ["1 process", "DDP, 2 processes"]
+
+
+def test_scaling_table_and_verdict_name_gloo_on_the_cpu():
+    samples = {"1 process": [0.06], "1 process, 2 threads": [0.04], "DDP, 2 processes": [0.04],
+               "all-reduce alone": [0.01]}  # fmt: skip
+    s = lesson.Scaling(samples, {}, batch=256, world=2, device="cpu", torch="x", launch_s=1.0)
+    assert "2 CPU processes, gloo, one thread each" in lesson.scaling_table(s)
+    assert "2 CPU processes, gloo, one thread each, on 2 CPUs" in lesson.scaling_verdict(s, 2)

@@ -249,3 +249,19 @@ def test_evaluate_check_reports_not_attempted_and_refuses_the_reference():
 def test_zero_grad_none_skips_the_step_and_zero_still_decays():
     moved = lesson.zero_grad_effect()
     assert moved["grad None (default)"] == 0 and moved["grad zeroed (set_to_none=False)"] > 0
+
+
+def test_remaining_cost_message_claims_the_cpus_cost_order_only_on_a_cpu():
+    """COST_ORDER was measured on a CPU; on a GPU class the speed message lists what is left
+    and says their order there was never measured, instead of naming a biggest. (The check
+    itself passes the device class in; running it here costs ~30 s under load.)"""
+    left = ["numpy-copies", "host-tensors"]
+    gpu = habit_checks.remaining_costs(left, "cuda-tensorcore")
+    assert (
+        "biggest cost still" not in gpu and "still in your loop: numpy-copies, host-tensors" in gpu
+    )
+    assert "order on cuda-tensorcore was never measured" in gpu
+    for cls in ("cpu", "cpu-bf16"):
+        cpu = habit_checks.remaining_costs(left, cls)
+        assert cpu.startswith(f"; the biggest cost still in your loop: {lesson.HABITS[left[0]]}")
+    assert habit_checks.remaining_costs([], "cuda") == ""

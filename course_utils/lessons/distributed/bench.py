@@ -4,8 +4,9 @@
 course_utils.lessons.distributed.bench --out R.json`. In rounds, so a change in machine load
 hits every variant alike, it times one optimizer step of a wider MLP on the same global batch:
 
-- `1 process`: rank 0 alone, one thread, while rank 1 waits at a barrier;
-- `1 process, 2 threads`: rank 0 alone with both cores (what you get without DDP);
+- `1 process`: rank 0 alone (one thread, or its one GPU) while rank 1 waits at a barrier;
+- `1 process, 2 threads`: rank 0 alone with both cores (what you get without DDP); gloo on
+  the CPU only: under NCCL the compute runs on a GPU, where CPU threads change nothing;
 - `DDP, 2 processes`: both ranks, half the batch each, gradients all-reduced;
 - `all-reduce alone`: the communication of one step, without the compute;
 - `accumulate` / `accumulate + no_sync`: 4 micro-batches per step, with the all-reduces
@@ -129,7 +130,7 @@ def measure(args, rank: int, world: int, device) -> dict:
 
     variants = {
         "1 process": alone(1),
-        "1 process, 2 threads": alone(2),
+        **({"1 process, 2 threads": alone(2)} if device.type == "cpu" else {}),
         "DDP, 2 processes": together("DDP, 2 processes", mine),
         "all-reduce alone": all_reduce_alone,
         "accumulate x4": together("accumulate x4", micro),
@@ -148,6 +149,7 @@ def measure(args, rank: int, world: int, device) -> dict:
         "allreduces_per_step": counts,
         "batch": args.batch,
         "world": world,
+        "backend": dist.get_backend(),
         "device": str(device),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),

@@ -90,7 +90,7 @@ def check_ddp_script(script, *, timeout_s: float | None = None) -> list[Part]:
             correct(
                 "runs under torchrun",
                 True,
-                f"{WORLD} processes finished after {launch.seconds:.1f} s{note}",
+                f"{workload.describe_launch(WORLD)} finished after {launch.seconds:.1f} s{note}",
             )
         ]
         parts += judge_trace(launch, cfg, WORLD)
@@ -159,4 +159,6 @@ def check_no_sync(path, *, timeout_s: float | None = None) -> list[Part]:
         if launch.timed_out:
             return [correct("runs under torchrun", False, describe_failure(launch, result["what"]))]
         _launch_error(launch, result["what"])
-    return judge_accumulation(result["ranks"], THRESHOLDS["grad_rtol"].value)
+    parts = judge_accumulation(result["ranks"], THRESHOLDS["grad_rtol"].value)
+    parts[0].message += f" (on {workload.describe_launch(WORLD)})"
+    return parts

@@ -47,13 +47,36 @@ class Scaling:
     device: str
     torch: str
     launch_s: float
+    backend: str = "gloo"
+
+    @property
+    def on_cpu(self) -> bool:
+        return self.backend != "nccl"
+
+    @property
+    def variants(self) -> list[str]:
+        """The whole-step variants measured: one process, (on a CPU) one process with every
+        core, and DDP. CPU threads mean nothing to a GPU's compute, so under NCCL the
+        two-thread variant is not run."""
+        names = ["1 process", "1 process, 2 threads", "DDP, 2 processes"]
+        return [n for n in names if self.samples.get(n)]
+
+    def where(self, cpus: int | None = None) -> str:
+        """Processes, backend and devices: what every figure of this run was measured on."""
+        if self.on_cpu:
+            return f"{self.world} CPU processes, {self.backend}, one thread each" + (
+                f", on {cpus} CPUs" if cpus else ""
+            )
+        gpus = f"cuda:0 to cuda:{self.world - 1}"
+        return f"{self.world} processes, {self.backend.upper()}, one GPU each ({gpus})"
 
     def median(self, name: str) -> float:
         return statistics.median(self.samples[name])
 
     @property
     def speedup(self) -> float:
-        """One process (one thread) over DDP on `world` processes, same global batch."""
+        """One process (one thread, or one GPU) over DDP on `world` processes, same global
+        batch."""
         return self.median("1 process") / self.median("DDP, 2 processes")
 
     @property
@@ -82,7 +105,7 @@ def measure_scaling(timeout_s: float = 180) -> Scaling:
         r = json.loads(report.read_text())
     return Scaling(
         r["samples"], r["allreduces_per_step"], r["batch"], r["world"], r["device"],
-        r["torch"], launch.seconds,
+        r["torch"], launch.seconds, r.get("backend", "gloo"),
     )  # fmt: skip
 
 
@@ -91,11 +114,11 @@ def plot_scaling(s: Scaling):
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.4))
-    names = ["1 process", "1 process, 2 threads", "DDP, 2 processes"]
+    names = s.variants
     rates = [s.batch / s.median(n) for n in names]
-    bars = left.bar(names, rates, color=["C0", "C1", "C2"])
+    bars = left.bar(names, rates, color=[f"C{i}" for i in range(len(names))])
     left.bar_label(bars, labels=[f"{r:,.0f}" for r in rates], padding=2)
-    left.set(ylabel="samples / s", title=f"global batch {s.batch} on {s.device}")
+    left.set(ylabel="samples / s", title=f"global batch {s.batch}: {s.where()}")
     left.margins(y=0.15)
     acc = ["accumulate x4", "accumulate x4 + no_sync"]
     ms = [1e3 * s.median(n) for n in acc]
@@ -130,15 +153,12 @@ def workdir() -> Path:
 
 def scaling_table(s: Scaling) -> str:
     """The measured step times as a Markdown table (figures come from the run, not prose)."""
-    rows = [
-        f"| {n} | {1e3 * s.median(n):.1f} | {s.batch / s.median(n):,.0f} |"
-        for n in ("1 process", "1 process, 2 threads", "DDP, 2 processes")
-    ]
+    rows = [f"| {n} | {1e3 * s.median(n):.1f} | {s.batch / s.median(n):,.0f} |" for n in s.variants]
     rows.append(
         f"| all-reduce of one step's gradients, alone | {1e3 * s.median('all-reduce alone'):.1f} | |"
     )
     head = "| variant | ms per step (median) | samples/s |\n|---|---|---|\n"
-    return head + "\n".join(rows)
+    return f"Measured on {s.where()}, global batch {s.batch}:\n\n" + head + "\n".join(rows)
 
 
 def scaling_verdict(s: Scaling, cpus: int | None) -> str:
@@ -153,7 +173,7 @@ def scaling_verdict(s: Scaling, cpus: int | None) -> str:
     serial = compute / (s.world * (compute / s.world + comm))
     where = "above" if s.efficiency > serial else "below"
     return (
-        f"Here ({s.world} {s.device} processes on {cpus} CPUs) DDP ran a step "
+        f"Here ({s.where(cpus)}) DDP ran a step "
         f"**{s.speedup:.2f}x** as fast as one process: scaling efficiency "
         f"**{s.efficiency:.0%}**. Perfectly halved compute followed by the all-reduce alone "
         f"({1e3 * comm:.1f} ms, against {1e3 * compute:.1f} ms of compute for the whole batch) "

@@ -78,11 +78,27 @@ def make_optimizer(params, lr: float) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=lr, momentum=0.9)
 
 
+def launch_backend(world: int) -> str:
+    """The backend a launch of `world` processes uses on this machine: NCCL with one GPU per
+    process when there are enough GPUs, otherwise gloo on the CPU (a laptop, or Colab's
+    single GPU: the lesson still runs two processes)."""
+    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world else "gloo"
+
+
+def describe_launch(world: int, backend: str | None = None) -> str:
+    """Processes, backend and devices in words, for check messages and the scaling table:
+    "2 CPU processes (gloo, one thread each)" or "2 processes (NCCL, one GPU each)"."""
+    backend = backend or launch_backend(world)
+    if backend == "nccl":
+        return f"{world} processes (NCCL, one GPU each)"
+    return f"{world} CPU processes ({backend}, one thread each)"
+
+
 def backend_and_device(local_rank: int) -> tuple[str, torch.device]:
-    """NCCL with one GPU per process when there are enough GPUs; otherwise gloo on the CPU
-    (a laptop, or Colab's single GPU: the lesson still runs two processes)."""
+    """This rank's backend (`launch_backend`) and device: its own GPU under NCCL, the CPU
+    under gloo."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if torch.cuda.is_available() and torch.cuda.device_count() >= world:
+    if launch_backend(world) == "nccl":
         torch.cuda.set_device(local_rank)
         return "nccl", torch.device("cuda", local_rank)
     return "gloo", torch.device("cpu")

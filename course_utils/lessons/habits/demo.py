@@ -51,6 +51,7 @@ COST_ORDER = (
     "numpy-copies",
     "host-tensors",
 )
+COST_ORDER_MEASURED_ON = ("cpu-bf16",)  # device classes where COST_ORDER was measured
 
 
 @dataclass
