@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .device import device_class
+from .device import DEVICE_CLASSES, device_class
 from .errors import CheckFailed, ReferenceUsed
 from .protocol import ERROR, FAILED, MIME, NOT_APPLICABLE, NOT_ATTEMPTED, PASSED
 
@@ -32,10 +32,25 @@ REGISTRY: dict[str, Callable] = {}  # check id -> the decorated check
 @dataclass(frozen=True)
 class Threshold:
     """A number a check compares against, with the evidence that sized it (what was measured,
-    where, how often), so a reader can judge the margin between right and wrong."""
+    where, how often), so a reader can judge the margin between right and wrong.
+
+    `measured_on`: the device classes (course_utils.device.DEVICE_CLASSES) on which the value
+    rests on a measurement made there; empty for a spec, a paper, a definition or reasoning.
+    A class not listed was never measured: its verdicts there rest on the evidence alone.
+    """
 
     value: float
     evidence: str
+    measured_on: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.measured_on, str):
+            raise TypeError(f"measured_on is a tuple of device classes, got {self.measured_on!r}")
+        unknown = [c for c in self.measured_on if c not in DEVICE_CLASSES]
+        if unknown:
+            raise ValueError(
+                f"measured_on names unknown device classes {unknown}: {DEVICE_CLASSES}"
+            )
 
 
 # --- reference answers are off limits to the learner's code while a check runs ------------

@@ -18,6 +18,7 @@ from course_utils.checks import (
     NOT_ATTEMPTED,
     PASSED,
     CheckResult,
+    Threshold,
     at_least,
     at_most,
     check,
@@ -373,3 +374,53 @@ def test_every_check_is_registered_by_its_id_and_an_id_is_taken_once():
         @check("test-registry", points=1)
         def check_other(fn):
             return []
+
+
+# --- thresholds: where each value was measured -------------------------------------------
+
+
+def all_thresholds() -> dict[str, Threshold]:
+    """Every lesson's THRESHOLDS and the diagnosis's, by "module: name"."""
+    import importlib
+    import pkgutil
+
+    import course_utils.lessons as lessons
+
+    modules = [
+        f"course_utils.lessons.{m.name}.checks" for m in pkgutil.iter_modules(lessons.__path__)
+    ]
+    found = {}
+    for name in [*modules, "course_utils.diagnose.thresholds"]:
+        for key, t in importlib.import_module(name).THRESHOLDS.items():
+            found[f"{name}: {key}"] = t
+    return found
+
+
+def test_threshold_measured_on_defaults_to_nowhere_and_accepts_device_classes():
+    assert Threshold(1.0, "a spec").measured_on == ()
+    assert Threshold(1.0, "x", measured_on=("cpu-bf16", "cuda")).measured_on == ("cpu-bf16", "cuda")
+
+
+@pytest.mark.parametrize("bad", [("h200",), ("cpu", "gpu")])
+def test_threshold_measured_on_rejects_unknown_device_classes(bad):
+    with pytest.raises(ValueError, match="unknown device classes"):
+        Threshold(1.0, "x", measured_on=bad)
+
+
+def test_threshold_measured_on_rejects_a_bare_string():
+    with pytest.raises(TypeError, match="tuple"):
+        Threshold(1.0, "x", measured_on="cpu-bf16")
+
+
+def test_every_threshold_claiming_a_gpu_measurement_names_the_gpu_and_no_spec_claims_one():
+    """measured_on is what `course selftest` trusts: a GPU class must come with the GPU in the
+    evidence, and evidence that says it is no measurement must list no GPU class."""
+    thresholds = all_thresholds()
+    assert len(thresholds) > 50
+    unmeasured = ("not a measurement", "measured nowhere", "never measured on a gpu")
+    for name, t in thresholds.items():
+        gpu = [c for c in t.measured_on if c.startswith("cuda")]
+        if gpu:
+            assert "H200" in t.evidence, name  # the only GPU the course has run on
+        if any(words in t.evidence.lower() for words in unmeasured):
+            assert not gpu, name

@@ -23,12 +23,14 @@ THRESHOLDS = {
         "batch 1.007-1.079x off the true rate in 10 runs at load average 10 on 2 cores "
         "(cpu-bf16); with 8-28 ms sleeps it reached 1.51x, hence the longer steps. The "
         "mistakes are 2x (samples miscounted) to 60x (steps/s) off",
+        measured_on=("cpu-bf16",),
     ),
     "noise_scale_error": Threshold(
         0.20,
         "relative error of the unbiased estimator on the two problems: sd 4%, worst 7.8% over "
         "12 seeds at n=300 (x1.2 at n=200) (cpu-bf16); |G_big|^2 as |G|^2 is 66% off on the "
         "first, B_small|G_small|^2 as tr(Sigma) 99-140% off on the second (5 seeds each)",
+        measured_on=("cpu-bf16",),
     ),
 }
 

@@ -22,9 +22,12 @@ THRESHOLDS = {
         evidence="scenario_model by construction: 7 BNs, of which ReluThenBn's, AddThenBn's, "
         "BnThenConv's and the BatchNorm1d cannot fold into a conv (3 fold); counted by "
         "TorchFunctionMode, torch 2.14 CPU and 2.11 H200",
+        measured_on=("cpu-bf16", "cuda-tensorcore"),
     ),
     "output_atol": Threshold(
-        1e-4, evidence="removing or fusing exactly moves outputs by < 2e-6 (float32, CPU, n=20)"
+        1e-4,
+        evidence="removing or fusing exactly moves outputs by < 2e-6 (float32, CPU, n=20)",
+        measured_on=("cpu-bf16",),
     ),
     "fusion_speedup": Threshold(
         1.15,
@@ -32,6 +35,7 @@ THRESHOLDS = {
         "samples >= 0.1 s: median pair ratio 1.59 (pairs 1.41-1.82; cpu-bf16, 2 cores at load "
         "~10, n=10 pairs); with 1 ms samples the pairs ranged 0.03-15 at that load. "
         "cuda-tensorcore (H200, torch 2.11): 1.36x in the check; 1.39x, pairs 0.99-2.14, n=20",
+        measured_on=("cpu-bf16", "cuda-tensorcore"),
     ),
 }
 

@@ -22,18 +22,25 @@ from .reference import (
 
 THRESHOLDS = {
     "norm_rtol": Threshold(
-        1e-4, evidence="float32 reductions in another order differ by < 1e-6 relative (CPU, n=40)"
+        1e-4,
+        evidence="float32 reductions in another order differ by < 1e-6 relative (CPU, n=40)",
+        measured_on=("cpu-bf16",),
     ),
     "trained_fraction": Threshold(
         0.5,
         evidence="final/start loss of the reference at max_norm=1, 150 steps: 0.20, 0.28, 0.18 "
         "(seeds 0-2, torch 2.14, cpu-bf16); clipping by value at 1: 1.28, 2.21, 1.20; unclipped: "
         "diverges (NaN by step 63 and 106 for seeds 0 and 2, loss 10x up for seed 1)",
+        measured_on=("cpu-bf16",),
     ),
     "max_norm_low": Threshold(
-        0.5, evidence="Pascanu et al. 2013 sec. 3.2: half to ten times the average norm converge"
+        0.5,
+        evidence="Pascanu et al. 2013 sec. 3.2: half to ten times the average norm converge",
+        measured_on=(),
     ),
-    "max_norm_high": Threshold(10.0, evidence="same source: up to ten times the average norm"),
+    "max_norm_high": Threshold(
+        10.0, evidence="same source: up to ten times the average norm", measured_on=()
+    ),
 }
 
 

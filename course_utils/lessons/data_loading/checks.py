@@ -49,15 +49,19 @@ THRESHOLDS = {
         "(cpu-bf16); its compute_s exceeded the device time by up to 0.15 s there (thread "
         "wake-ups), hence no upper bound from the device time. No synchronisation bills ~0 s "
         "to the steps, CPU time ~0 s to both",
+        measured_on=("cpu-bf16",),
     ),
     "min_parallel": Threshold(
-        1.5, "two threads of sha256 run < 1.5x as fast as one: no loader can show a speedup"
+        1.5,
+        "two threads of sha256 run < 1.5x as fast as one: no loader can show a speedup",
+        measured_on=(),
     ),
     "speedup": Threshold(
         1.5,
         "2 workers over num_workers=0 on decode-heavy data: 1.55-1.72x on an idle 2-core CPU "
         "(measured for the previous version of this check, n=8); scaled down to 1 + half the "
         "measured parallel gain when two threads run 1.5-2x as fast as one",
+        measured_on=("cpu-bf16",),
     ),
 }
 

@@ -32,18 +32,21 @@ THRESHOLDS = {
         "max |DDP - one process| over all parameters after 8 SGD steps (float32, gloo, 2 CPU "
         "processes, torch 2.14, cpu-bf16 class): measured 3.4e-08 in both runs inspected (n=2); gradients "
         "summed or halved give 0.23 / 0.14, a checkpoint one step early 0.047 (replayed)",
+        measured_on=("cpu-bf16",),
     ),
     "grad_rtol": Threshold(
         1e-4,
         "max |accumulated DDP grad - full-batch grad| / max |full-batch grad|: measured "
         "1.9e-07 (gloo, 2 CPU processes, n=1 inspected); an unscaled or unsynchronised gradient is off "
         "by > 0.1",
+        measured_on=("cpu-bf16",),
     ),
     "launch_timeout_s": Threshold(
         120,
         "seconds before a launch is killed: a correct check launch took 25-42 s at load "
         "average 11-14 on 2 cores (n=9) and 10-14 s at load 4-5 (n=10); only a hung rank "
         "reaches 120 s",
+        measured_on=("cpu-bf16",),
     ),
 }
 

@@ -31,25 +31,32 @@ THRESHOLDS = {
         "torch 2.14): 16-px buckets 36, 20-px 29, sorted by 8-px bucket then cut 38; no "
         "bucketing (each batch padded to its own max) 119 shuffled, 122 sorted by size; "
         "12-px buckets 51, 8-px 90",
+        measured_on=("cpu-bf16",),
     ),
     "max_padding": Threshold(
         0.5,
         "padded / real pixels - 1, same data: 16-px buckets 0.37, 20-px 0.49, sorted by 16-px "
         "bucket then cut 0.42; pad to the global max 6.1; round up to 16 px without grouping "
         "3.0; sorted by (h, w), rounded up to 16 px 0.68; 24-px buckets 0.60",
+        measured_on=("cpu-bf16",),
     ),
     "autotune_speedup": Threshold(
         1.5,
-        "first epoch with cudnn.benchmark, no bucketing / your bucketing, fresh autotuning cache: "
-        "not yet measured on a GPU (none while writing, 2026-11); sized from the 122 vs 36 "
-        "shapes each autotuned once (3.4x the tuning runs) at 0.37 vs 0.28 padding; calibrate "
-        "with `course report` on a CUDA machine",
+        "first epoch with cudnn.benchmark, no bucketing / your bucketing, fresh autotuning cache "
+        "(CUDA only). Reasoning, not a measurement: no bucketing makes 122 distinct shapes "
+        "against 36 for 16-px buckets, each autotuned once (3.4x the tuning runs), at 0.37 vs "
+        "0.28 padding, so the first epoch should be well over 1.5x slower without bucketing. "
+        "The check passed once on an H200 in quick mode (2026-11-29, torch 2.11, "
+        "docs/results/cuda-tensorcore-nvidia-h200-pytest.md), its value not recorded; never "
+        "run on a T4. Calibrate with a CUDA run that records the value",
+        measured_on=(),
     ),
     "output_error": Threshold(
         1e-4,
         "max |output - legacy NCHW output| in fp32 on the CPU, whole SENet and one SE gate "
         "alone: 3e-8 and 1e-6 when correct (summation order); a max-pooled gate differs by "
         "2.1 (the whole net damps it to 5e-5, hence the gate alone) (cpu-bf16, deterministic)",
+        measured_on=("cpu-bf16",),
     ),
     "cl_speedup": Threshold(
         1.05,
@@ -57,12 +64,14 @@ THRESHOLDS = {
         "(reference gate), interleaved median of 6 pairs, cpu-bf16, torch 2.14, 2 cores shared: "
         "1.18-1.40 (n=16, load 12-14); the legacy gate 1.07-1.45 (n=4); not calibrated on "
         "other classes, so graded on cpu-bf16 only",
+        measured_on=("cpu-bf16",),
     ),
     "break_even_slack": Threshold(
         1,
         "steps of disagreement allowed with the harness's break-even on the same measured "
         "timings (float rounding at a ceil); the mistakes are off by 4 steps or more (a first "
         "call counted whole, at a 1.25x faster step) or by a factor (recompiles, ratios)",
+        measured_on=(),
     ),
 }
 HINTS = {

@@ -25,6 +25,7 @@ THRESHOLDS = {
         0.75,
         "lowest accepted timer result / the 30 ms queued per step: a synchronised timer cannot "
         "read less than the sleep; no sync reads < 0.1 ms (0.003 ms measured)",
+        measured_on=("cpu-bf16",),
     ),
     "timer_high": Threshold(
         1.5,
@@ -32,24 +33,28 @@ THRESHOLDS = {
         "load ~11; load only delays wake-ups, hence the asymmetric band, and the check retries "
         "3 times). Wrong timers, from the scenario: no warm-up median 180 ms (6x), no warm-up "
         "mean 116 ms (3.9x), a fixed warm-up of 3 with a mean 51 ms (1.7x), milliseconds 1000x",
+        measured_on=("cpu-bf16",),
     ),
     "timer_vs_time_fn": Threshold(
         0.35,
         "512x512 matmul, learner timer / time_fn, median of 5 interleaved ratios: the reference "
         "was within 0.003-0.020 (n=6, 2-core cpu-bf16 VM at load ~11), 0.17 at worst in the "
         "test runs; milliseconds is off by 1000x",
+        measured_on=("cpu-bf16",),
     ),
     "bytes_rel_error": Threshold(
         0.01,
         "valid counts differ only by the 4-byte total_weight scalar nll_loss saves (0.015% of "
         "the MLP case); parameters counted +1900%, double counting +54..92%, views keyed by "
         "tensor address -15% (measured with torch 2.14 on CPU)",
+        measured_on=("cpu-bf16",),
     ),
     "op_share_of_top": Threshold(
         0.8,
         "an answer passes if its self time is >= 80% of the top operator's (near-ties only); "
         "the top operator had 4.2-12.5x the self time of the next in every profile (torch "
         "2.14, 1 thread, 2-core cpu-bf16 VM at load ~10, n=6-8 profiles per scenario)",
+        measured_on=("cpu-bf16",),
     ),
 }
 
