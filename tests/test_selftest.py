@@ -204,3 +204,11 @@ print(run.ok, loaded)
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split("\n")[-2] == "True []"
+
+
+def test_the_plan_takes_the_notebooks_that_fit_the_budget_in_order():
+    from course_utils.selftest.plan import fit_budget
+
+    rows = [{"notebook": f"0{i}_x", "estimate_s": s} for i, s in enumerate([50, 400, 100, 80])]
+    assert fit_budget(rows, 240) == ["00", "02", "03"]
+    assert fit_budget(rows, 10) == []
