@@ -105,6 +105,7 @@ def selftest(
     from .thresholds import threshold_rows
     from .write import publish, write
 
+    out = Path(out)
     env = {**env_info(), "driver": driver_version()}
     items = items if items is not None else discover(only)
     header = {"quick": quick, "device_class": env["device_class"], "device": env["device_name"]}

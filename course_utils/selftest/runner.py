@@ -92,7 +92,6 @@ def run_one(item: Item, out: Path, *, quick: bool, timeout: float) -> dict:
             "detail": f"still running after {timeout:.0f} s: killed",
             "seconds": wall,
         }
-    _kill_tree(child.pid)  # anything the item left running (a DataLoader worker, a rank)
     if result_path.exists():
         record = json.loads(result_path.read_text(encoding="utf-8"))
         record["wall_seconds"] = wall
