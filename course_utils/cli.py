@@ -1,7 +1,7 @@
 """`course` command: parse arguments, call one library function, map errors to exit codes.
 
 Exit codes: 0 done (whatever learners scored), 1 `assign --check` found differences or a
-`report` check did not pass,
+`report` check or `selftest` item did not pass,
 2 usage error (bad path, nothing to grade), 3 a malformed solution notebook.
 """
 
@@ -77,6 +77,22 @@ def _report(args) -> int:
     return 0 if getattr(result, "ok", True) else 1
 
 
+def _selftest(args) -> int:
+    from .selftest import selftest
+
+    result = selftest(
+        Path(args.out),
+        quick=args.quick,
+        only=[o.strip() for o in args.only.split(",") if o.strip()] if args.only else None,
+        budget=args.budget,
+        timeout=args.timeout,
+        reference=Path("docs/results") if args.reference else None,
+    )
+    print(result.summary())
+    print(f"selftest: {Path(args.out) / 'selftest.md'} and {Path(args.out) / 'selftest.json'}")
+    return 0 if result.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="course", description="Faster PyTorch Training course tools"
@@ -126,6 +142,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--solutions", default="solutions")
     p.set_defaults(run=_report)
+
+    p = sub.add_parser(
+        "selftest",
+        help="every check with its reference answer and every headline effect, each in its own "
+        "process; run-time estimates per notebook (no notebook tools needed)",
+    )
+    p.add_argument("--quick", action="store_true", help="small workloads (quick mode)")
+    p.add_argument("--only", help="comma-separated notebook prefixes (e.g. 04,07)")
+    p.add_argument(
+        "--budget", type=float, help="seconds for the whole run; items left over are skipped"
+    )
+    p.add_argument("--timeout", type=float, help="seconds per item (default 300 quick, 900 full)")
+    p.add_argument(
+        "--out", default="selftest", help="where selftest.json/.md and the resume state go"
+    )
+    p.add_argument(
+        "--reference",
+        action="store_true",
+        help="also write docs/results/<class>-<device>-selftest.{json,md} (only if all ok)",
+    )
+    p.set_defaults(run=_selftest)
     return parser
 
 

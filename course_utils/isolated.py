@@ -43,6 +43,8 @@ def kernel_env(*, quick: bool, gpu: int | None = None) -> dict[str, str]:
     env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     if quick:
         env["COURSE_QUICK"] = "1"
+    elif not env.get("COURSE_QUICK", "").strip():
+        env["COURSE_QUICK"] = "0"  # full, as asked: never left to the auto mode
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     return env

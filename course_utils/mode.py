@@ -1,24 +1,62 @@
-"""Quick mode: one switch that shrinks every workload so a notebook runs in about a minute."""
+"""Quick mode: one switch that shrinks every workload so a notebook runs in about a minute.
+
+Who decides, first match wins: the papermill parameter `quick` (set_quick), then
+$COURSE_QUICK (1/true/yes/on: quick; any other non-empty value: full), then the auto mode:
+full where this device's estimated full-mode run time fits the notebook's budget, quick
+otherwise (session.setup decides it once per kernel; see course_utils/selftest/estimate.py).
+"""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import TypeVar
 
 T = TypeVar("T")
 _forced: bool | None = None
+_auto: Decision | None = None  # the auto mode's decision, once session.setup has made it
+TRUE = {"1", "true", "yes", "on"}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Which mode runs and why, in words a learner can act on."""
+
+    quick: bool
+    source: str  # "parameter", "COURSE_QUICK", "auto" or "default"
+    reason: str
 
 
 def set_quick(value: bool | None) -> None:
-    """Force quick mode on or off (the papermill parameter `quick`); None follows $COURSE_QUICK."""
+    """Force quick mode on or off (the papermill parameter `quick`); None: $COURSE_QUICK, then
+    the auto mode decide."""
     global _forced
     _forced = None if value is None else bool(value)
+
+
+def set_auto(decision: Decision | None) -> None:
+    """Record the auto mode's decision (None forgets it)."""
+    global _auto
+    _auto = decision
+
+
+def auto_decision() -> Decision | None:
+    return _auto
+
+
+def env_quick() -> bool | None:
+    """What $COURSE_QUICK says: True, False, or None when it is unset or empty."""
+    text = os.environ.get("COURSE_QUICK", "").strip().lower()
+    return None if not text else text in TRUE
 
 
 def is_quick() -> bool:
     if _forced is not None:
         return _forced
-    return os.environ.get("COURSE_QUICK", "").strip().lower() in {"1", "true", "yes", "on"}
+    from_env = env_quick()
+    if from_env is not None:
+        return from_env
+    return _auto.quick if _auto is not None else False
 
 
 def pick(*, quick: T, full: T) -> T:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 
 import numpy as np
@@ -26,6 +27,13 @@ def env(verbose: bool = True) -> dict:
     info["peak_flops"], info["peak_flops_conv"] = peak, conv_peak
     info["dataset"] = dataset_source()
     info["quick"] = mode.is_quick()
+    decision = mode.auto_decision()  # set by setup only when the auto mode decided
+    if decision is not None:
+        info["mode"] = {
+            "quick": decision.quick,
+            "source": decision.source,
+            "reason": decision.reason,
+        }
     if verbose:
         rows = [
             ("device", f"{info['device']} ({info['device_name']})"),
@@ -35,11 +43,72 @@ def env(verbose: bool = True) -> dict:
             (_peak_label(info, "matmul"), _tflops(peak)),
             *([(_peak_label(info, "cudnn"), _tflops(conv_peak))] if conv_peak != peak else []),
             ("data", info["dataset"]),
-            ("quick mode", "on" if info["quick"] else "off"),
+            ("quick mode", ("on" if info["quick"] else "off") + _mode_why(info)),
         ]
         width = max(len(k) for k, _ in rows)
         print("\n".join(f"{k:>{width}}: {v}" for k, v in rows))
+        print(f"{'':>{width}}  {SWITCH}")
     return info
+
+
+SWITCH = (
+    "to choose: set quick = True (or False) in the parameters cell, or COURSE_QUICK=1 (or 0) "
+    "before starting Jupyter"
+)
+
+
+def _mode_why(info: dict) -> str:
+    if "mode" in info:
+        return f" ({info['mode']['reason']})"
+    return ""
+
+
+def lesson_in_use() -> str | None:
+    """The notebook prefix ("04") of the one lesson package this kernel imported, if one:
+    each notebook imports its lesson just before calling setup."""
+    import sys
+
+    from .selftest.items import LESSONS
+
+    loaded = [
+        prefix
+        for prefix, (_, name) in LESSONS.items()
+        if f"course_utils.lessons.{name}" in sys.modules
+    ]
+    return loaded[0] if len(loaded) == 1 else None
+
+
+def decide_mode(quick: bool | None) -> mode.Decision:
+    """Quick or full for this kernel, and why: the parameter, then $COURSE_QUICK, then the
+    auto mode (full where this device's estimated full-mode run time of the notebook fits
+    its budget)."""
+    if quick is not None:
+        return mode.Decision(bool(quick), "parameter", f"the parameter quick={quick}")
+    from_env = mode.env_quick()
+    if from_env is not None:
+        value = os.environ.get("COURSE_QUICK")
+        return mode.Decision(from_env, "COURSE_QUICK", f"COURSE_QUICK={value}")
+    from .device import env_info
+    from .selftest.estimate import estimate
+    from .selftest.items import LESSONS
+
+    info = env_info()
+    prefix = lesson_in_use()
+    prefixes = [prefix] if prefix else [p for p in LESSONS if p != "11"]
+    worst = max(
+        (e for e in (estimate(p, info, quick=False) for p in prefixes) if e),
+        key=lambda e: e["estimate_s"] / e["budget_s"],
+    )
+    what = f"notebook {prefix}" if prefix else "the slowest notebook"
+    fits = not worst["over_budget"]
+    return mode.Decision(
+        not fits,
+        "auto",
+        f"auto: full mode of {what} is estimated at {worst['estimate_s']:.0f} s on "
+        f"{info['device_class']} ({info['device_name']}), "
+        + ("within" if fits else "over")
+        + f" its {worst['budget_s']:.0f} s budget",
+    )
 
 
 def _tflops(peak: float | None) -> str:
@@ -56,8 +125,10 @@ def _peak_label(info: dict, flag: str) -> str:
 
 
 def setup(quick: bool | None = None, seed: int = 0, verbose: bool = True) -> dict:
-    """Call once at the top of a notebook: `quick` is the papermill parameter (None follows
-    $COURSE_QUICK)."""
+    """Call once at the top of a notebook: `quick` is the papermill parameter (None:
+    $COURSE_QUICK decides, and if it is unset, the auto mode; the output says which)."""
     mode.set_quick(quick)
+    decision = decide_mode(quick)
+    mode.set_auto(decision if decision.source == "auto" else None)
     seed_everything(seed)
     return env(verbose)

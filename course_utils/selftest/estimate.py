@@ -1,0 +1,213 @@
+"""How long each notebook would run here, full or quick, and whether that fits its budget.
+
+A notebook's work is counted once per mode (`Cost`, from the notebook's sizes): the dense
+FLOPs of its training and inference workloads, the number of small steps whose time is
+launch and dispatch overhead more than arithmetic, and the seconds of host-only work (kernel
+start, process launches, JPEG decoding, torch.compile) as measured on the reference machine
+(2 vCPUs, AMD EPYC, `course report --quick`: docs/results/cpu-bf16-amd-epyc.json). On a
+device with achieved FLOP/s R and host speed h (1 = the reference's):
+
+    seconds = host_s * h + steps * STEP_OVERHEAD_S * h + gflop * 1e9 / R
+
+R is the device's fp32 peak (data sheet for GPUs, the matmul probe on a CPU) times the share
+that small course models reach; h is measured by a dispatch probe. The same estimator serves
+`course selftest` (its report) and the auto mode (session.setup). It is an estimate: a
+notebook's measured run time (`course report`) is the figure to trust.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import asdict, dataclass
+
+from ..checks import Threshold
+
+STEP_OVERHEAD_S = Threshold(
+    1.5e-3,
+    "host time per small training step (about 100 ops of dispatch or kernel launch at 10-15 "
+    "us each); assumed from the profile of a SmallCNN step, not measured on a GPU",
+)
+GPU_EFFICIENCY = Threshold(
+    0.25,
+    "share of the fp32 data-sheet peak that the course's small models (SmallCNN, MLPs, "
+    "ResNet-9 at batch 64-512) reach; assumed, not yet measured on a GPU",
+)
+CPU_EFFICIENCY = Threshold(
+    0.5,
+    "share of the 1024x1024 matmul probe's FLOP/s that conv and small matmul steps reach on "
+    "the reference 2-vCPU EPYC (quick notebooks 01 and 09: 0.4-0.6)",
+)
+HOST_PROBE_REF_S = Threshold(
+    0.009,
+    "best of 5 runs of 2000 one-element torch.add on the reference 2-vCPU EPYC (0.008-0.012 s "
+    "at load 4-5, n=3)",
+)
+BUDGET_QUICK_S, BUDGET_FAST_GPU_S, BUDGET_S = 60.0, 120.0, 300.0
+FAST_GPUS = ("A100", "H100", "H200", "GH200", "B200")
+
+
+@dataclass(frozen=True)
+class Cost:
+    """One notebook's work in one mode, counted from its sizes (see the module docstring)."""
+
+    gflop: float
+    steps: int
+    host_s: float
+
+
+@dataclass(frozen=True)
+class NotebookCost:
+    quick: Cost
+    full: Cost
+    evidence: str
+
+
+# Counted from each notebook's cu.pick sizes; FLOPs of one step by FlopCounterMode (MLP
+# 512-1024x4 at batch 1024: 21.5 GFLOP; SmallCNN(32) at 128: 7.7; SmallCNN(16) at 64: 1.0;
+# ResNet-9 at 64: 145; ResNet-9(64) at 512: 1,163), times the steps the notebook runs; host
+# seconds = the quick run's measured seconds minus its FLOPs and steps on the reference.
+COSTS = {
+    "00": NotebookCost(Cost(140, 60, 8), Cost(2_200, 200, 10), "MLP steps: ~25 quick, ~100 full"),
+    "01": NotebookCost(
+        Cost(900, 1_000, 9), Cost(200_000, 20_500, 15), "10 runs of 2000 SmallCNN(32) steps full"
+    ),
+    "02": NotebookCost(Cost(50, 300, 12), Cost(6_000, 1_500, 15), "CNN sweep to batch 4096 full"),
+    "03": NotebookCost(
+        Cost(20, 200, 18), Cost(80, 800, 135), "JPEG decoding: 4x the images, 5 worker counts"
+    ),
+    "04": NotebookCost(Cost(64, 60, 8), Cost(40_000, 60, 10), "speed MLP 1024-4096, batch 4096"),
+    "05": NotebookCost(Cost(50, 100, 14), Cost(300, 300, 80), "full compiles SE-ResNet (inductor)"),
+    "06": NotebookCost(Cost(10, 200, 25), Cost(30, 600, 40), "three torchrun launches"),
+    "07": NotebookCost(Cost(20, 200, 13), Cost(60, 500, 20), "small blocks; segment sweep"),
+    "08": NotebookCost(Cost(10, 1_200, 6), Cost(30, 3_200, 8), "8 RNN runs of 150 / 400 steps"),
+    "09": NotebookCost(Cost(300, 120, 10), Cost(3_000, 300, 12), "ResNet-9 eval at 16 / 64"),
+    "10": NotebookCost(Cost(5, 600, 33), Cost(20, 2_000, 90), "profiled Python loops: host-bound"),
+    "11": NotebookCost(
+        Cost(750, 2_000, 70),
+        Cost(18_000_000, 16_000, 120),
+        "~10 ResNet-9(64) runs of 16 epochs full (the capstone's own issue sizes it)",
+    ),
+}
+
+
+@dataclass
+class Rates:
+    """How fast this device is for the estimator, and where each figure came from."""
+
+    flops: float  # achieved FLOP/s on the course's workloads
+    host: float  # host speed factor: 1 = the reference machine, 2 = twice as slow
+    source: str
+
+
+@functools.cache
+def host_probe_s() -> float:
+    """Seconds for 2000 dispatches of a tiny CPU op (best of 5): the host's speed."""
+    import torch
+
+    x = torch.zeros(1)
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(2000):
+            x.add(1.0)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def rates(env: dict) -> Rates:
+    """This device's rates: data-sheet fp32 peak for GPUs, the probes on a CPU."""
+    from ..device import GPU_PEAK_FLOPS, gpu_peak_flops, peak_flops
+
+    host = min(4.0, max(0.25, host_probe_s() / HOST_PROBE_REF_S.value))
+    if env.get("device", "cpu").startswith("cuda"):
+        peak = gpu_peak_flops(env.get("device_name", ""))
+        if peak is None:
+            peak = GPU_PEAK_FLOPS["T4"][0]
+            how = f"{env.get('device_name')} not in the data-sheet table: a T4's fp32 peak"
+        else:
+            how = f"data-sheet fp32 peak {peak / 1e12:.1f} TFLOP/s"
+        return Rates(peak * GPU_EFFICIENCY.value, host, f"{how} x {GPU_EFFICIENCY.value}")
+    if env.get("device", "cpu") == "cpu":
+        peak = peak_flops("cpu")
+        return Rates(
+            peak * CPU_EFFICIENCY.value,
+            host,
+            f"matmul probe {peak / 1e9:.0f} GFLOP/s x {CPU_EFFICIENCY.value}",
+        )
+    return Rates(1e12, host, f"{env.get('device')}: no peak known, 1 TFLOP/s assumed")
+
+
+def budget_s(env: dict, quick: bool) -> float:
+    """The per-notebook budget: quick 60 s anywhere; full 2 min on A100/H100-class GPUs,
+    5 min elsewhere (T4-class)."""
+    if quick:
+        return BUDGET_QUICK_S
+    name = str(env.get("device_name", "")).upper()
+    fast = env.get("device", "").startswith("cuda") and any(g in name for g in FAST_GPUS)
+    return BUDGET_FAST_GPU_S if fast else BUDGET_S
+
+
+def cost_of(prefix: str) -> NotebookCost | None:
+    """The notebook's cost: the lesson's own `selftest.COST` if it has one, else COSTS."""
+    from .items import LESSONS, lesson_selftest
+
+    own = getattr(lesson_selftest(prefix), "COST", None) if prefix in LESSONS else None
+    return own or COSTS.get(prefix)
+
+
+def seconds(cost: Cost, r: Rates) -> float:
+    return (
+        cost.host_s * r.host
+        + cost.steps * STEP_OVERHEAD_S.value * r.host
+        + cost.gflop * 1e9 / r.flops
+    )
+
+
+def estimate(prefix: str, env: dict, *, quick: bool, r: Rates | None = None) -> dict | None:
+    """Estimated run time of notebook `prefix` here in one mode, against its budget."""
+    nc = cost_of(prefix)
+    if nc is None:
+        return None
+    r = r or rates(env)
+    cost = nc.quick if quick else nc.full
+    est = seconds(cost, r)
+    limit = budget_s(env, quick)
+    return {
+        "notebook": prefix,
+        "mode": "quick" if quick else "full",
+        "estimate_s": est,
+        "budget_s": limit,
+        "over_budget": est > limit,
+        "cost": asdict(cost),
+        "evidence": nc.evidence,
+        "rates": asdict(r),
+    }
+
+
+def estimates(items, records: dict, env: dict, *, quick: bool) -> list[dict]:
+    """Full-mode (and quick-mode) estimates for each notebook under test, with the seconds
+    its self-test items took here."""
+    from .items import LESSONS
+
+    r = rates(env)
+    rows = []
+    for prefix in dict.fromkeys(i.lesson for i in items if i.lesson in LESSONS):
+        full = estimate(prefix, env, quick=False, r=r)
+        if full is None:
+            continue
+        measured = sum(
+            records[i.key].get("seconds", 0.0)
+            for i in items
+            if i.lesson == prefix and i.key in records
+        )
+        quick_est = estimate(prefix, env, quick=True, r=r)
+        full.update(
+            notebook=LESSONS[prefix][0],
+            quick_estimate_s=quick_est["estimate_s"],
+            selftest_s=measured,
+            selftest_mode="quick" if quick else "full",
+            quick_over_budget=quick_est["over_budget"],
+        )
+        rows.append(full)
+    return rows
