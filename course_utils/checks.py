@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .device import DEVICE_CLASSES, device_class
 from .errors import CheckFailed, ReferenceUsed
+from .mode import untimed_reason
 from .protocol import ERROR, FAILED, MIME, NOT_APPLICABLE, NOT_ATTEMPTED, PASSED
 
 REGISTRY: dict[str, Callable] = {}  # check id -> the decorated check
@@ -197,8 +198,11 @@ def at_least(
     reason: str = "",
 ) -> Part:
     """A measured effect that must reach `threshold`, or not-applicable (with the reason) on a
-    device that cannot show it; the measured value is reported either way."""
+    device that cannot show it, or where no timing is graded (`untimed_reason`); the measured
+    value is reported either way. Every effect a check demands this way is a speed-up."""
     measured = f"{what}: measured {value:.3g}{unit}"
+    if applies and untimed_reason():
+        applies, reason = False, untimed_reason()
     if not applies:
         return Part(
             name, NOT_APPLICABLE, f"{measured}; not graded here: {reason}", value, threshold
@@ -214,8 +218,14 @@ def at_least(
     )
 
 
-def at_most(name: str, value: float, threshold: float, what: str, *, unit: str = "") -> Part:
-    """A measured quantity that must not exceed `threshold` (memory, error, steps)."""
+def at_most(
+    name: str, value: float, threshold: float, what: str, *, unit: str = "", timed: bool = False
+) -> Part:
+    """A measured quantity that must not exceed `threshold` (memory, error, steps). `timed`:
+    it is a time or a ratio of times, not graded where no timing is (`untimed_reason`)."""
+    if timed and untimed_reason():
+        message = f"{what}: measured {value:.4g}{unit}; not graded here: {untimed_reason()}"
+        return Part(name, NOT_APPLICABLE, message, value, threshold)
     ok = value <= threshold
     verdict = "within" if ok else "above"
     return Part(

@@ -93,6 +93,23 @@ def _selftest(args) -> int:
     return 0 if result.ok else 1
 
 
+def _export(args) -> int:
+    from .gradescope import export
+
+    print(
+        export(
+            args.lesson,
+            out=Path(args.out) if args.out else None,
+            solutions=Path(args.solutions),
+            quick=args.quick,
+            time_limit_minutes=args.time_limit,
+            grade_speed=args.grade_speed,
+            torch_index=args.torch_index,
+        )
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="course", description="Faster PyTorch Training course tools"
@@ -163,6 +180,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="also write docs/results/<class>-<device>-selftest.{json,md} (only if all ok)",
     )
     p.set_defaults(run=_selftest)
+
+    p = sub.add_parser("export", help="export a notebook's grading to another platform")
+    targets = p.add_subparsers(dest="target", required=True)
+    p = targets.add_parser("gradescope", help="a Gradescope autograder zip for notebook NN")
+    p.add_argument("lesson", metavar="NN", help="the notebook: its number (08) or name")
+    p.add_argument("--out", help="the zip to write (default autograder_NN.zip)")
+    p.add_argument("--quick", action="store_true", help="grade with small workloads (advised)")
+    p.add_argument(
+        "--time-limit",
+        type=int,
+        default=40,
+        help="minutes: the autograder timeout you set on Gradescope (default 40, its maximum)",
+    )
+    p.add_argument(
+        "--grade-speed",
+        action="store_true",
+        help="grade speed parts too (only with more CPUs than Gradescope's default half vCPU)",
+    )
+    p.add_argument(
+        "--torch-index",
+        default="https://download.pytorch.org/whl/cpu",
+        help="where setup.sh installs torch from (default: the PyTorch CPU wheels)",
+    )
+    p.add_argument("--solutions", default="solutions")
+    p.set_defaults(run=_export)
     return parser
 
 

@@ -26,13 +26,19 @@ def feedback(sub, rows: list, notes: dict[str, str]) -> str:
             f"| {r.check or '(notebook)'} | {r.status} | {r.points:g}/{r.max_points:g} | {fmt(r.value)} | {fmt(r.threshold)} |"
         )
     for r in rows:
-        lines += ["", f"## {r.check or 'notebook'}: {r.status}", ""]
-        lines += [f"- {p['name']} ({p['status']}): {p['message']}" for p in r.parts] or [r.message]
-        if r.check in notes:
-            lines += ["", f"*Note:* {notes[r.check]}."]
-        if r.status != PASSED and r.hint:
-            lines += ["", f"*Hint:* {r.hint}"]
+        lines += ["", f"## {r.check or 'notebook'}: {r.status}", "", *explain(r, notes)]
     return "\n".join(lines) + "\n"
+
+
+def explain(r, notes: dict[str, str]) -> list[str]:
+    """One check explained in Markdown: its parts (or its message), the note on a restored
+    cell, and the hint unless it passed. Also each test's output on Gradescope."""
+    lines = [f"- {p['name']} ({p['status']}): {p['message']}" for p in r.parts] or [r.message]
+    if r.check in notes:
+        lines += ["", f"*Note:* {notes[r.check]}."]
+    if r.status != PASSED and r.hint:
+        lines += ["", f"*Hint:* {r.hint}"]
+    return lines
 
 
 def write_csvs(out: Path, per_submission: list[list]) -> None:

@@ -190,6 +190,27 @@ def test_at_most_passes_up_to_its_threshold(value, status):
     assert at_most("memory", value, 1.0, "peak memory", unit=" GB").status == status
 
 
+def test_on_gradescope_a_speed_part_is_reported_not_graded(monkeypatch):
+    monkeypatch.setenv("COURSE_PLATFORM", "gradescope")
+    slow = at_least("speed", 1.1, 1.5, "speedup")
+    assert slow.status == NOT_APPLICABLE and slow.value == 1.1
+    assert "measured 1.1x" in slow.message and "half of a shared virtual CPU" in slow.message
+    result = check_speed(True, 1.1, applies=True)  # a slow one no longer fails the check
+    assert result.status == PASSED
+
+
+def test_on_gradescope_a_timed_limit_is_reported_and_an_untimed_one_still_graded(monkeypatch):
+    monkeypatch.setenv("COURSE_PLATFORM", "Gradescope")
+    assert at_most("step time", 9.0, 3.0, "ratio", timed=True).status == NOT_APPLICABLE
+    assert at_most("memory", 9.0, 3.0, "peak").status == FAILED
+
+
+def test_an_unknown_platform_grades_timing_as_usual(monkeypatch):
+    monkeypatch.setenv("COURSE_PLATFORM", "my-laptop")
+    assert at_least("speed", 1.1, 1.5, "speedup").status == FAILED
+    assert at_most("step time", 9.0, 3.0, "ratio", timed=True).status == FAILED
+
+
 # --- what the learner and `course grade` see ----------------------------------------------------
 
 

@@ -261,7 +261,11 @@ def check_checkpointed_forward(checkpointed_forward):
         slow = retry_measure(
             lambda: 1 / compare(plain, mine, warmup=1, repeats=8).speedup, ok=lambda r: r <= limit
         )
-    parts.append(at_most("step time", slow, limit, "step time, yours / no checkpointing", unit="x"))
+    parts.append(
+        at_most(
+            "step time", slow, limit, "step time, yours / no checkpointing", unit="x", timed=True
+        )
+    )
     return parts
 
 

@@ -142,7 +142,13 @@ def check_step_timer(time_step: Callable) -> list:
     limit = THRESHOLDS["timer_vs_time_fn"].value
     err = retry_measure(disagreement, ok=lambda e: e <= limit)
     parts.append(
-        at_most("real step", err, limit, "relative difference from cu.time_fn, 512x512 matmul")
+        at_most(
+            "real step",
+            err,
+            limit,
+            "relative difference from cu.time_fn, 512x512 matmul",
+            timed=True,
+        )
     )
     return parts
 

@@ -1,0 +1,398 @@
+"""course_utils.gradescope: the exported zip, unpacked into a temporary /autograder-shaped
+folder and run by its own run_autograder (setup.sh skipped: this environment's Python runs
+the zip's course/), on a solved, an untouched, a crashing and a garbage submission of 04 and
+08 in quick mode. Each results.json must follow Gradescope's spec and score what `course
+grade` scores for the same file in the same setting (speed not graded, as on Gradescope).
+
+The eight autograder runs and one `course grade` of the same eight files run once per
+session, side by side (two kernels at a time); the other tests start no kernel.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+import threading
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course_utils import gradescope
+from course_utils.authoring import check_id_of, code, read
+from course_utils.cli import main
+from course_utils.errors import UsageError
+from course_utils.grading import grade
+from course_utils.mode import UNTIMED_PLATFORMS
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSONS = ("04_mixed_precision", "08_gradient_clipping")  # the two quickest with checks
+KINDS = ("solved", "untouched", "crashing", "garbage")
+CASES = [(lesson, kind) for lesson in LESSONS for kind in KINDS]
+CRASH_AFTER_FIRST_CHECK = "08_gradient_clipping"  # 04 crashes before any cell: cheaper
+
+pytestmark = pytest.mark.timeout(900)
+
+# the fields of gradescope/autograder_samples docs/specs.md
+TOP_FIELDS = {
+    "score",
+    "execution_time",
+    "output",
+    "output_format",
+    "test_output_format",
+    "test_name_format",
+    "visibility",
+    "stdout_visibility",
+    "extra_data",
+    "tests",
+    "leaderboard",
+}
+TEST_FIELDS = {
+    "score",
+    "max_score",
+    "status",
+    "name",
+    "name_format",
+    "number",
+    "output",
+    "output_format",
+    "tags",
+    "visibility",
+    "extra_data",
+}
+FORMATS = {"text", "html", "simple_format", "md", "ansi"}
+
+
+def submission(lesson: str, kind: str) -> bytes:
+    if kind == "garbage":
+        return b"\x89PNG\r\n\x1a\n this is a picture, not a notebook"
+    if kind == "untouched":
+        return (ROOT / "notebooks" / f"{lesson}.ipynb").read_bytes()
+    nb = read(ROOT / "solutions" / f"{lesson}.ipynb")
+    if kind == "crashing":  # the kernel dies: in 08 after its first check, in 04 at once
+        first = next(i for i, c in enumerate(nb.cells) if check_id_of(c))
+        at = first + 1 if lesson == CRASH_AFTER_FIRST_CHECK else 0
+        nb.cells.insert(at, code("import os\n\nos._exit(1)"))
+    return nbformat.writes(nb).encode()
+
+
+def autograder_root(folder: Path, zip_path: Path, upload: dict[str, bytes]) -> Path:
+    """/autograder as Gradescope lays it out: source/ (the zip), submission/, metadata."""
+    with zipfile.ZipFile(zip_path) as zf:
+        zf.extractall(folder / "source")
+        for info in zf.infolist():  # as unzip does; zipfile drops the modes
+            (folder / "source" / info.filename).chmod(stat.S_IMODE(info.external_attr >> 16))
+    (folder / "submission").mkdir()
+    for name, data in upload.items():
+        (folder / "submission" / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / "submission" / name).write_bytes(data)
+    (folder / "submission_metadata.json").write_text(json.dumps({"id": 1, "users": []}))
+    return folder
+
+
+def run_autograder(root: Path, python: str = sys.executable) -> subprocess.CompletedProcess:
+    """Gradescope's call: run_autograder in /autograder, with this environment's Python and
+    the zip's own copy of the course on its path."""
+    script = root / "source" / "run_autograder"
+    env = {
+        **os.environ,
+        gradescope.ROOT_ENV: str(root),
+        gradescope.PYTHON_ENV: python,
+        "PYTHONPATH": str(root / "source" / "course"),
+    }
+    env.pop("COURSE_PLATFORM", None)  # run_autograder must set it itself
+    return subprocess.run(
+        [str(script)], cwd=root, env=env, capture_output=True, text=True, timeout=900
+    )
+
+
+def results_of(root: Path) -> dict:
+    text = (root / "results" / "results.json").read_text(encoding="utf-8")
+    return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} is not valid JSON"))
+
+
+@pytest.fixture(scope="session")
+def zips(tmp_path_factory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("zips")
+    return {
+        lesson: gradescope.export(
+            lesson[:2], out=out / f"{lesson}.zip", solutions=ROOT / "solutions", quick=True
+        ).path
+        for lesson in LESSONS
+    }
+
+
+@pytest.fixture(scope="session")
+def graded(tmp_path_factory, zips) -> dict:
+    """{(lesson, kind): results.json} and {(lesson, kind): course grade's rows}."""
+    base = tmp_path_factory.mktemp("graded")
+    folder = base / "course-grade"
+    folder.mkdir()
+    roots = {}
+    for lesson, kind in CASES:
+        data = submission(lesson, kind)
+        (folder / f"{kind}_{lesson}.ipynb").write_bytes(data)
+        upload = {f"{kind} copy.ipynb": data}  # any file name
+        roots[lesson, kind] = autograder_root(base / f"{kind}-{lesson}", zips[lesson], upload)
+
+    failed: list[BaseException] = []
+
+    def course_grade() -> None:
+        try:
+            grade([folder], out=base / "grades", solutions=ROOT / "solutions", quick=True)
+        except BaseException as exc:  # seen by the fixture, not lost in the thread
+            failed.append(exc)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COURSE_PLATFORM", "gradescope")  # the setting run_autograder grades in
+        beside = threading.Thread(target=course_grade)
+        beside.start()
+        runs = {case: run_autograder(root) for case, root in roots.items()}
+        beside.join()
+    if failed:
+        raise failed[0]
+    with open(base / "grades" / "grades.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    return {
+        "results": {case: results_of(root) for case, root in roots.items()},
+        "runs": runs,
+        "rows": {
+            case: [r for r in rows if r["submission"] == f"{case[1]}_{case[0]}.ipynb"]
+            for case in CASES
+        },
+    }
+
+
+def assert_gradescope_results(data: dict) -> None:
+    """The fields and types of docs/specs.md, and the choices this course makes."""
+    assert set(data) <= TOP_FIELDS, set(data) - TOP_FIELDS
+    number = (int, float)
+    assert isinstance(data["score"], number) and not isinstance(data["score"], bool)
+    assert isinstance(data["execution_time"], number) and data["execution_time"] >= 0
+    assert isinstance(data["output"], str) and data["output"]
+    assert data["output_format"] in FORMATS
+    assert data["stdout_visibility"] == "hidden"
+    assert isinstance(data["extra_data"], dict)
+    assert isinstance(data["tests"], list)
+    for t in data["tests"]:
+        assert set(t) <= TEST_FIELDS, set(t) - TEST_FIELDS
+        assert isinstance(t["name"], str) and t["name"]
+        assert isinstance(t["score"], number) and isinstance(t["max_score"], number)
+        assert 0 <= t["score"] <= t["max_score"] or t["max_score"] == t["score"] == 0
+        assert t["status"] in {"passed", "failed"}
+        assert isinstance(t["output"], str) and t["output"]
+        assert t["output_format"] == "md"
+        assert {"value", "threshold", "device_class", "status"} <= set(t["extra_data"])
+    assert data["score"] == pytest.approx(sum(t["score"] for t in data["tests"]))
+
+
+# --- the zip ------------------------------------------------------------------------------
+
+
+def test_the_zip_has_setup_sh_and_run_autograder_executable_at_its_root(zips):
+    with zipfile.ZipFile(zips["08_gradient_clipping"]) as zf:
+        infos = {i.filename: i for i in zf.infolist()}
+    for script in ("setup.sh", "run_autograder"):
+        assert script in infos, sorted(infos)[:10]
+        assert stat.S_IMODE(infos[script].external_attr >> 16) & 0o111
+
+
+def test_the_zip_ships_the_course_source_and_only_its_lessons_solution(zips):
+    with zipfile.ZipFile(zips["08_gradient_clipping"]) as zf:
+        names = set(zf.namelist())
+        config = json.loads(zf.read("autograder.json"))
+    assert {"course/pyproject.toml", "course/README.md"} <= names
+    assert {"course/course_utils/gradescope.py", "course/course_utils/grading.py"} <= names
+    assert not any("__pycache__" in n for n in names)
+    assert {n for n in names if n.startswith("solutions/")} == {
+        "solutions/08_gradient_clipping.ipynb"
+    }
+    assert config["lesson"] == "08_gradient_clipping" and config["quick"] is True
+    assert config["notebook_timeout"] < 40 * 60  # stops before Gradescope's cap
+    assert config["grade_speed"] is False
+
+
+def test_setup_sh_installs_the_shipped_course_with_its_tools_and_cpu_torch(zips):
+    with zipfile.ZipFile(zips["04_mixed_precision"]) as zf:
+        setup = zf.read("setup.sh").decode()
+        run = zf.read("run_autograder").decode()
+    assert '"$SOURCE/course[tools]"' in setup
+    assert "--index-url https://download.pytorch.org/whl/cpu torch" in setup
+    for script in (setup, run):
+        assert script.startswith("#!/usr/bin/env bash\n")
+        subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+
+
+def test_the_same_course_exports_the_same_bytes(tmp_path):
+    paths = [
+        gradescope.export("08", out=tmp_path / f"{i}.zip", solutions=ROOT / "solutions").path
+        for i in range(2)
+    ]
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+
+
+def test_an_unknown_lesson_is_a_usage_error_naming_the_known_ones(tmp_path, capsys):
+    with pytest.raises(UsageError, match="08_gradient_clipping"):
+        gradescope.export("99", out=tmp_path / "x.zip", solutions=ROOT / "solutions")
+    code = main(["export", "gradescope", "99", "--solutions", str(ROOT / "solutions")])
+    assert code == 2 and "no solution notebook matches '99'" in capsys.readouterr().err
+
+
+def test_course_export_gradescope_writes_the_zip_it_names(tmp_path, capsys):
+    out = tmp_path / "ag.zip"
+    argv = ["export", "gradescope", "08", "--quick", "--out", str(out)]
+    assert main([*argv, "--solutions", str(ROOT / "solutions")]) == 0
+    assert zipfile.is_zipfile(out) and str(out) in capsys.readouterr().out
+
+
+# --- grading on the eight submissions -----------------------------------------------------
+
+
+@pytest.mark.parametrize(("lesson", "kind"), CASES)
+def test_every_results_json_follows_the_gradescope_spec(graded, lesson, kind):
+    assert_gradescope_results(graded["results"][lesson, kind])
+
+
+@pytest.mark.parametrize(("lesson", "kind"), CASES)
+def test_each_score_equals_course_grades_for_the_same_file(graded, lesson, kind):
+    results, rows = graded["results"][lesson, kind], graded["rows"][lesson, kind]
+    assert rows, "course grade graded it"
+    assert results["score"] == pytest.approx(sum(float(r["points"]) for r in rows))
+    tests = {t["name"]: t for t in results["tests"]}
+    for r in rows:
+        if r["check"]:  # a notebook-level row (unreadable file) has no check
+            assert tests[r["check"]]["score"] == pytest.approx(float(r["points"]))
+            assert tests[r["check"]]["extra_data"]["status"] == r["status"]
+
+
+def test_a_solved_notebook_earns_every_point_with_speed_shown_not_graded(graded):
+    results = graded["results"]["04_mixed_precision", "solved"]
+    assert results["score"] == sum(t["max_score"] for t in results["tests"]) > 0
+    amp = next(t for t in results["tests"] if t["name"] == "04-amp-step")
+    assert amp["status"] == "passed" and amp["score"] == amp["max_score"] > 0
+    assert UNTIMED_PLATFORMS["gradescope"] in amp["output"]  # its speed part, not graded
+    assert "04-amp-step (speed)" in results["output"]
+    assert all(
+        t["status"] == "passed"
+        for t in graded["results"]["08_gradient_clipping", "solved"]["tests"]
+    )
+
+
+def test_an_untouched_notebook_scores_nothing_and_says_not_attempted(graded):
+    for lesson in LESSONS:
+        results = graded["results"][lesson, "untouched"]
+        assert results["score"] == 0
+        assert {t["extra_data"]["status"] for t in results["tests"]} == {"not-attempted"}
+        assert all("Not attempted yet" in t["output"] for t in results["tests"])
+
+
+def test_a_dead_kernel_keeps_the_points_before_it_and_says_why_for_the_rest(graded):
+    results = graded["results"][CRASH_AFTER_FIRST_CHECK, "crashing"]
+    first, *rest = results["tests"]
+    assert first["status"] == "passed" and results["score"] == first["score"] > 0
+    assert rest and all(t["extra_data"]["status"] == "missing" for t in rest)
+    assert all("kernel died" in t["output"] for t in rest)
+    assert "did not finish" in results["output"]
+    at_once = graded["results"]["04_mixed_precision", "crashing"]
+    assert at_once["score"] == 0 and at_once["tests"]
+    assert all("kernel died" in t["output"] for t in at_once["tests"])
+
+
+def test_a_garbage_upload_scores_nothing_and_every_check_says_why(graded):
+    results = graded["results"]["08_gradient_clipping", "garbage"]
+    assert results["score"] == 0 and len(results["tests"]) == 4
+    assert all("not a readable notebook" in t["output"] for t in results["tests"])
+    assert "08_gradient_clipping.ipynb" in results["output"]
+
+
+def test_run_autograder_exits_zero_and_leaves_stdout_for_the_instructor(graded):
+    run = graded["runs"]["08_gradient_clipping", "solved"]
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "08-total-norm: 2/2 passed" in run.stdout
+
+
+# --- failures that start no kernel --------------------------------------------------------
+
+
+@pytest.fixture
+def root(tmp_path, zips):
+    return lambda upload: autograder_root(tmp_path / "ag", zips["08_gradient_clipping"], upload)
+
+
+def test_no_notebook_uploaded_is_not_graded_and_lists_what_came(root):
+    results = gradescope.run(root({"notes.txt": b"hi"}))
+    assert_gradescope_results(results)
+    assert results["score"] == 0 and "received: notes.txt" in results["output"]
+
+
+def test_several_notebooks_are_not_graded_and_named(root):
+    nb = submission("08_gradient_clipping", "untouched")
+    results = gradescope.run(root({"a.ipynb": nb, "sub/b.ipynb": nb}))
+    assert "2 notebooks (a.ipynb, sub/b.ipynb)" in results["output"]
+
+
+def test_checkpoints_and_macos_copies_are_not_uploads(root):
+    nb = submission("08_gradient_clipping", "untouched")
+    ag = root({"hw.ipynb": nb, ".ipynb_checkpoints/hw.ipynb": nb, "__MACOSX/hw.ipynb": nb})
+    assert gradescope.find_uploads(ag / "submission") == [ag / "submission" / "hw.ipynb"]
+
+
+def test_results_exist_before_grading_and_survive_a_grader_failure(root, monkeypatch):
+    ag = root({"hw.ipynb": submission("08_gradient_clipping", "untouched")})
+    seen = {}
+
+    def broken(*args, **kwargs):
+        seen.update(results_of(ag))  # what Gradescope would read if the run stopped here
+        raise MemoryError("no room")
+
+    monkeypatch.setattr(gradescope, "grade_one", broken)
+    results = gradescope.run(ag)
+    assert "stopped before it finished" in seen["output"] and seen["score"] == 0
+    assert "the grader failed (MemoryError: no room)" in results["output"]
+    assert_gradescope_results(results_of(ag))
+
+
+def test_a_broken_zip_still_writes_valid_results(root):
+    ag = root({"hw.ipynb": b"{}"})
+    (ag / "source" / gradescope.CONFIG).unlink()
+    results = gradescope.run(ag)
+    assert "the autograder is broken" in results["output"] and results["tests"] == []
+    assert_gradescope_results(results_of(ag))
+
+
+def test_run_autograder_writes_a_fallback_when_python_cannot_start(root):
+    ag = root({"hw.ipynb": b"{}"})
+    run = run_autograder(ag, python=str(ag / "no-such-python"))
+    assert run.returncode == 0
+    results = results_of(ag)
+    assert results["score"] == 0 and "could not start" in results["output"]
+
+
+def test_non_finite_measurements_are_written_as_strict_json(tmp_path):
+    path = tmp_path / "results.json"
+    gradescope.write_results({"tests": [{"extra_data": {"value": float("inf")}}]}, path)
+    assert json.loads(path.read_text())["tests"][0]["extra_data"]["value"] == "inf"
+
+
+def test_the_readme_names_every_notebook_whose_speed_gradescope_does_not_grade():
+    """A notebook whose lesson checks a speed-up (at_least) or a time (timed=True)."""
+    timed = set()
+    for sol in sorted((ROOT / "solutions").glob("*.ipynb")):
+        found = re.search(r"from course_utils\.lessons import (\w+)", sol.read_text())
+        checks = ROOT / "course_utils" / "lessons" / found[1] / "checks.py"
+        if re.search(r"\bat_least\(|timed=True", checks.read_text()):
+            timed.add(sol.stem[:2])
+    section = (ROOT / "README.md").read_text().split("## Gradescope", 1)[1].split("\n## ")[0]
+    text = " ".join(section.split())
+    fully = re.search(r"Notebooks ([\d, and]+) grade fully there", text)
+    speed = re.search(r"For the speed parts of ([\d, and]+), run `course grade`", text)
+    assert fully and speed, text
+    everything = {sol.stem[:2] for sol in (ROOT / "solutions").glob("*.ipynb")}
+    assert set(re.findall(r"\d\d", speed[1])) == timed
+    assert set(re.findall(r"\d\d", fully[1])) == everything - timed
