@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers_04_07 import assert_verdict, run_check
+from helpers_04_07 import SLOW, assert_verdict, run_check
 from torch import nn
 
 from course_utils.lessons import mixed_precision as lesson
@@ -422,8 +422,8 @@ AMP_STEP = [
     pytest.param(
         _step_factory(no_zero_grad=True), "failed", r"grad|change", (), id="wrong-never-zeroes"
     ),
-    pytest.param(amp_step_two_paths, "passed", None, (), id="valid-two-paths-item"),
-    pytest.param(amp_stepper, "passed", None, (), id="valid-callable-object"),
+    pytest.param(amp_step_two_paths, "passed", None, (), id="valid-two-paths-item", marks=SLOW),
+    pytest.param(amp_stepper, "passed", None, (), id="valid-callable-object", marks=SLOW),
 ]
 
 

@@ -15,10 +15,11 @@ from fractions import Fraction
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers_04_07 import assert_verdict, run_check
+from helpers_04_07 import SLOW, assert_verdict, run_check
 from torch import nn
 
 from course_utils.lessons import fast_kernels as lesson
+from course_utils.lessons.fast_kernels import compiling
 
 # --- 05-bucketing: bucket_batches(sizes, batch_size), pad_collate(images) --------------------
 
@@ -186,6 +187,7 @@ BUCKETING = [
         r"padding",
         (r"distinct batch shapes: [^;]*above",),
         id="wrong-global-max",
+        marks=SLOW,
     ),
     pytest.param(
         buckets_duplicate_one,
@@ -347,9 +349,17 @@ CHANNELS_LAST = [
     ),
     pytest.param(convert_both, GateNoSigmoid, "failed", r"output", (), id="wrong-gate-no-sigmoid"),
     pytest.param(
-        convert_every_conv, GateReshape, "passed", None, (), id="valid-every-conv-reshape-gate"
+        convert_every_conv,
+        GateReshape,
+        "passed",
+        None,
+        (),
+        id="valid-every-conv-reshape-gate",
+        marks=SLOW,
     ),
-    pytest.param(convert_both, GatePool, "passed", None, (), id="valid-adaptive-pool-gate"),
+    pytest.param(
+        convert_both, GatePool, "passed", None, (), id="valid-adaptive-pool-gate", marks=SLOW
+    ),
 ]
 
 
@@ -439,6 +449,14 @@ BREAK_EVEN = [
 ]
 
 
+@pytest.fixture(scope="module")
+def measured_once():
+    """One real TorchDynamo timing, measured here, shared by the cases (each check call
+    would measure its own: 2 s apiece on a loaded machine)."""
+    return compiling.dynamo_timing()
+
+
 @pytest.mark.parametrize("answer, expected, cause, not_causes", BREAK_EVEN)
-def test_break_even(answer, expected, cause, not_causes):
+def test_break_even(monkeypatch, measured_once, answer, expected, cause, not_causes):
+    monkeypatch.setattr(compiling, "dynamo_timing", lambda: measured_once)
     assert_verdict(run_check(lesson.check_break_even, answer), expected, cause, not_causes)

