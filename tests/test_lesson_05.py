@@ -328,7 +328,7 @@ def test_channels_last_speed_below_threshold_fails_on_cpu_bf16(on_cpu, monkeypat
 def fixed_timing(monkeypatch):
     """A measured-looking timing (compiled 20% faster), so these tests need no compile."""
     timing = compiling.CompileTiming(first_call_s=2.0, eager_step_s=0.020, compiled_step_s=0.016)
-    monkeypatch.setattr(checks.compiling, "dynamo_timing", lambda: timing)
+    monkeypatch.setattr(compiling, "dynamo_timing", lambda: timing)
 
 
 def loop_until_caught_up(timing, compiles=1):

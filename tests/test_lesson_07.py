@@ -279,7 +279,8 @@ def largest_fitting(ckpt_options):
 
 
 def powers_of_two_search(effective_batch, budget, probe):
-    """Valid: only powers of two (the divisors of 256), best measured speed that fits."""
+    """Only powers of two: right for 256, whose divisors they are, wrong for any other
+    effective batch (the check's made-up probe has 12: 8 does not divide it)."""
     options = [(2**i, c) for i in range(int(math.log2(effective_batch)) + 1) for c in (False, True)]
     fits = [probe(m, c) for m, c in options if probe(m, c).peak_bytes <= budget]
     best = max(fits, key=lambda r: r.samples_per_s)
@@ -287,9 +288,14 @@ def powers_of_two_search(effective_batch, budget, probe):
 
 
 @pytest.mark.parametrize("saturate", [64, None], ids=["cpu-like", "gpu-like"])
-@pytest.mark.parametrize("answer", [lesson.reference_plan, powers_of_two_search])
+@pytest.mark.parametrize("answer", [lesson.reference_plan])
 def test_plan_check_passes_measured_choices(answer, saturate):
     assert lesson.check_plan(answer, probe=FakeProbe(saturate)).status == "passed"
+
+
+def test_plan_check_fails_a_powers_of_two_search_on_an_effective_batch_of_12():
+    exc = failure(lesson.check_plan, powers_of_two_search, FakeProbe(64))
+    assert "8 does not divide 12" in exc.summary
 
 
 def test_plan_check_passes_the_reference_on_this_machine():

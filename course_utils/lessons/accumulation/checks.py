@@ -8,7 +8,7 @@ import torch
 from ...checks import Threshold, at_most, check, correct, not_applicable, retry_measure
 from ...device import device_class, get_device
 from ...measure import compare, steady_cpu
-from ...memory import tensor_peak_bytes
+from ...memory import activation_bytes, tensor_peak_bytes
 from ...protocol import FAILED
 from . import demo
 from .reference import reference_plan
@@ -196,6 +196,28 @@ def _grad_mismatch(got: dict, want: dict) -> tuple[str, float]:
     return ("" if worst <= THRESHOLDS["ckpt_grad_rel_error"].value else "gradients differ"), worst
 
 
+def _memory_cause(checkpointed_forward, blocks, x, peak_ratio: float) -> str:
+    """What the forward kept, measured (saved-tensor hooks), tells the causes apart: nothing
+    checkpointed keeps everything; one checkpoint around everything keeps almost nothing but
+    rebuilds it all at once in backward; segments too coarse keep something in between."""
+    plain = activation_bytes(lambda: demo.plain_forward(blocks, x))
+    saved = activation_bytes(lambda: checkpointed_forward(blocks, x)) / plain
+    measured = f"your forward kept {saved:.2f}x the plain forward's saved bytes"
+    if saved >= 0.9:
+        return (
+            f"{measured}: nothing was checkpointed (checkpoint_sequential's last segment never is)"
+        )
+    if saved <= 0.1:
+        return (
+            f"{measured} but the peak is {peak_ratio:.2f}x: the checkpointed part is rebuilt at "
+            "once in backward; checkpoint about sqrt(n) segments, or every block"
+        )
+    return (
+        f"{measured} and peaks at {peak_ratio:.2f}x: the segments kept or rebuilt at once are "
+        "too large; see 'Activation checkpointing': about sqrt(n) segments, or every block"
+    )
+
+
 @check(
     "07-checkpointed-forward",
     points=3,
@@ -250,10 +272,8 @@ def check_checkpointed_forward(checkpointed_forward):
         unit="x",
     )
     if memory.status == FAILED:
-        memory.message += (
-            "; no checkpoint, or one around everything (rebuilt all at once in backward), keeps "
-            "the peak: checkpoint about sqrt(n) segments, or every block"
-        )
+        memory.message += "; " + _memory_cause(checkpointed_forward, blocks, x, ratio)
+        return parts + [memory, not_applicable("step time", "not measured: fix the memory first")]
     parts.append(memory)
     on_gpu = device_class().startswith("cuda")
     limit = THRESHOLDS["time_ratio_gpu" if on_gpu else "time_ratio_cpu"].value
@@ -284,19 +304,50 @@ def budgets(probe) -> dict[str, int]:
     }
 
 
-def _judge(name: str, choice, budget: int, probe) -> object:
+class MadeUpProbe:
+    """A probe with designed numbers for an effective batch of 12 (divisors 1, 2, 3, 4, 6, 12:
+    not all powers of two), so that each shortcut picks a slower plan on some budget:
+    checkpointing is 0.6x as fast and keeps about a third, budgets sit exactly on a peak."""
+
+    EFFECTIVE = 12
+    PLAIN = {1: (20, 100), 2: (30, 180), 3: (40, 250), 4: (50, 300), 6: (70, 380), 12: (130, 500)}
+    BUDGETS = {  # KiB; catches: powers of two, no full batch, < for <=, least memory | never
+        # checkpointing, ignoring the budget | "the largest that fits is the fastest"
+        "made-up, roomy (exactly the full batch's peak)": 130,
+        "made-up, checkpointing needed (exactly its peak)": 48,
+        "made-up, a smaller plain batch beats a larger checkpointed one": 75,
+    }
+
+    def __call__(self, micro_batch: int, checkpoint: bool = False) -> demo.Measured:
+        if micro_batch not in self.PLAIN:
+            raise ValueError(f"micro_batch {micro_batch!r} does not divide {self.EFFECTIVE}")
+        peak, speed = self.PLAIN[micro_batch]
+        if checkpoint:
+            peak, speed = {1: 15, 2: 18, 3: 21, 4: 24, 6: 30, 12: 48}[micro_batch], 0.6 * speed
+        return demo.Measured(micro_batch, bool(checkpoint), peak * 1024, float(speed))
+
+
+def _judge(name: str, choice, budget: int, probe, effective: int = EFFECTIVE_BATCH) -> object:
     label = f"{name} budget ({budget / 2**20:.2f} MiB)"
     if not (isinstance(choice, tuple | list) and len(choice) == 3):
         return correct(
             label, False, f"expected (micro_batch, accum_steps, checkpoint), got {choice!r}"
         )
     micro, accum, ckpt = choice
-    if not (isinstance(micro, int) and isinstance(accum, int)) or micro * accum != EFFECTIVE_BATCH:
+    whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (micro, accum))
+    if micro * accum == effective and not whole:
+        return correct(
+            label,
+            False,
+            f"micro_batch x accum_steps = {micro!r} x {accum!r}: the product is right, but both "
+            "are counts, so ints (effective_batch // micro_batch, not /)",
+        )
+    if not whole or micro * accum != effective:
         return correct(
             label,
             False,
             f"micro_batch x accum_steps = {micro!r} x {accum!r}; it must equal the effective batch "
-            f"{EFFECTIVE_BATCH}, or you change the optimisation, not just the memory",
+            f"{effective}, or you change the optimisation, not just the memory",
         )
     got = probe(micro, bool(ckpt))
     if got.peak_bytes > budget:
@@ -306,7 +357,7 @@ def _judge(name: str, choice, budget: int, probe) -> object:
             f"micro-batch {micro}{' checkpointed' if ckpt else ''} peaks at "
             f"{got.peak_bytes / 2**20:.2f} MiB, over the budget: it would run out of memory",
         )
-    best_micro, _, best_ckpt = reference_plan(EFFECTIVE_BATCH, budget, probe)
+    best_micro, _, best_ckpt = reference_plan(effective, budget, probe)
     best = probe(best_micro, best_ckpt)
     speed = got.samples_per_s / best.samples_per_s
     limit = THRESHOLDS["plan_speed"].value
@@ -325,12 +376,17 @@ def _judge(name: str, choice, budget: int, probe) -> object:
     "07-plan",
     points=2,
     hint="Try every micro-batch that divides the effective batch, with and without "
-    "checkpointing; keep those whose probe(...).peak_bytes fits the budget; return the one with "
-    "the highest samples_per_s as (micro_batch, effective_batch // micro_batch, checkpoint).",
+    "checkpointing; keep those whose probe(...).peak_bytes fits the budget (<=); return the one "
+    "with the highest samples_per_s as (micro_batch, effective_batch // micro_batch, checkpoint).",
 )
 def check_plan(plan, probe=None):
     probe = probe or demo.Probe()
-    return [
+    parts = [
         _judge(name, plan(EFFECTIVE_BATCH, budget, probe), budget, probe)
         for name, budget in budgets(probe).items()
     ]
+    made_up, effective = MadeUpProbe(), MadeUpProbe.EFFECTIVE
+    for name, kib in MadeUpProbe.BUDGETS.items():
+        budget = kib * 1024
+        parts.append(_judge(name, plan(effective, budget, made_up), budget, made_up, effective))
+    return parts

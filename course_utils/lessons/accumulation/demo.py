@@ -115,7 +115,9 @@ def learner_trajectory(train_epoch: Callable, problem: AccumProblem) -> Trajecto
     """Run `train_epoch(model, optimizer, loader, loss_fn, accum_steps)` and record the
     gradient that each `optimizer.step()` call sees (a step pre-hook)."""
     model, out = problem.make_model(), Trajectory()
-    opt = torch.optim.SGD(model.parameters(), lr=problem.lr)
+    params = list(model.parameters())  # two param groups: an answer that zeroes, scales or
+    groups = [{"params": params[:1]}, {"params": params[1:]}]  # steps only the first shows
+    opt = torch.optim.SGD(groups, lr=problem.lr)
     opt.register_step_pre_hook(lambda *_: out.grads.append(flat_grad(model)))
     train_epoch(model, opt, list(problem.micro_batches), nn.CrossEntropyLoss(), problem.k)
     return out

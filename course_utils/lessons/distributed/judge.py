@@ -111,13 +111,26 @@ def _sharding_parts(forwards: dict, n: int, epochs: int, world: int) -> list[Par
     shuffle = correct(
         "reshuffling",
         not repeats,
-        f"rank 0 saw its samples in the same order in epochs 0 and {repeats[0]}: "
-        "call sampler.set_epoch(epoch) before each epoch (the sampler seeds its shuffle "
-        "with seed + epoch)"
+        _repeat_cause(per_epoch[0][0], repeats[0])
         if repeats
         else f"a new order in each of the {epochs} epochs",
     )
     return [shard, shuffle]
+
+
+def _repeat_cause(order: list[int], epoch: int) -> str:
+    """Same order twice: an ascending order means the sampler never shuffled (shuffle=False),
+    a shuffled one that set_epoch was not called; the order itself tells them apart."""
+    same = f"rank 0 saw its samples in the same order in epochs 0 and {epoch}"
+    if order == sorted(order):
+        return (
+            f"{same}, in ascending index order: the sampler does not shuffle at all "
+            "(DistributedSampler's shuffle=True is its default; do not pass shuffle=False)"
+        )
+    return (
+        f"{same}: call sampler.set_epoch(epoch) before each epoch (the order is shuffled, "
+        "but the sampler seeds its shuffle with seed + epoch)"
+    )
 
 
 def _save_part(launch: Launch, cfg: workload.Config) -> Part:

@@ -4,7 +4,6 @@ padding both small, and a channels_last conversion whose layout survives the net
 from __future__ import annotations
 
 import itertools
-import math
 
 import torch
 from torch import nn
@@ -21,8 +20,8 @@ from ...checks import (
 )
 from ...device import device_class, get_device
 from ...measure import compare, steady_cpu
-from . import compiling, demo, layout
-from .reference import ReferenceSqueezeExcite, reference_break_even_steps
+from . import demo, layout
+from .reference import ReferenceSqueezeExcite
 
 THRESHOLDS = {
     "max_shapes": Threshold(
@@ -67,10 +66,11 @@ THRESHOLDS = {
         measured_on=("cpu-bf16",),
     ),
     "break_even_slack": Threshold(
-        1,
-        "steps of disagreement allowed with the harness's break-even on the same measured "
-        "timings (float rounding at a ceil); the mistakes are off by 4 steps or more (a first "
-        "call counted whole, at a 1.25x faster step) or by a factor (recompiles, ratios)",
+        0,
+        "steps of disagreement allowed with the harness's break-even: none. Every scenario's "
+        "timings are multiples of 2**-20 s, so the ceil, a step-by-step simulation and exact "
+        "fractions agree to the step (no float rounding at a whole-number ratio); floor and "
+        "floor + 1 are each off by one on some scenario",
         measured_on=(),
     ),
 }
@@ -290,63 +290,3 @@ def _cl_speed(legacy: nn.Module, model: nn.Module, x: torch.Tensor, xl: torch.Te
         reason=f"the threshold is calibrated on cpu-bf16 CPUs only; on {cls} the effect is "
         "reported, not graded",
     )
-
-
-# --- exercise 3: when compiling pays -------------------------------------------------------
-
-
-def _break_even_cause(timing, compiles: int, got) -> str:
-    """Name the mistake behind a wrong break-even, by trying the usual ones."""
-    gain = timing.eager_step_s - timing.compiled_step_s
-    if gain <= 0:
-        return "a compiled step that is not faster never pays back: return math.inf"
-    whole = compiles * timing.first_call_s / gain
-    once = (timing.first_call_s - timing.compiled_step_s) / gain
-    ratio = (
-        compiles
-        * (timing.first_call_s - timing.compiled_step_s)
-        / (timing.eager_step_s / timing.compiled_step_s)
-    )
-    for guess, why in (
-        (whole, "the whole first call was counted as compile time; it also ran one step"),
-        (once, f"the {compiles} compiles (one per shape) were counted once; each one pays again"),
-        (ratio, "the gain per step is eager - compiled seconds, not their ratio"),
-    ):
-        if abs(got - math.ceil(guess)) <= 1:
-            return why
-    return "expected the steps after which the saved time covers the compile time"
-
-
-@check("05-break-even", points=2, hint=HINTS["break_even"])
-def check_break_even(break_even_steps):
-    measured = compiling.dynamo_timing()
-    first, eager = measured.first_call_s, measured.eager_step_s
-    scenarios = [
-        ("measured here (TorchDynamo only)", measured, 1),
-        (
-            "your first call, a 1.25x faster step",
-            compiling.CompileTiming(first, eager, eager / 1.25),
-            1,
-        ),
-        (
-            "the same, 6 shapes with dynamic=False",
-            compiling.CompileTiming(first, eager, eager / 1.25),
-            6,
-        ),
-        ("a compiled step 10% slower", compiling.CompileTiming(first, eager, eager * 1.1), 1),
-    ]
-    parts = []
-    slack = THRESHOLDS["break_even_slack"].value
-    for name, timing, compiles in scenarios:
-        want = reference_break_even_steps(timing, compiles)
-        got = break_even_steps(timing, compiles)
-        numeric = isinstance(got, int | float) and not isinstance(got, bool)
-        ok = numeric and (got == want if math.isinf(want) else abs(got - want) <= slack)
-        shown = f"first call {timing.first_call_s * 1e3:.0f} ms, eager {eager * 1e3:.2f} ms, compiled {timing.compiled_step_s * 1e3:.2f} ms"
-        message = f"{shown}: you said {got!r} steps, expected {want}"
-        if not ok and numeric:
-            message += f": {_break_even_cause(timing, compiles, got)}"
-        parts.append(
-            correct(name, ok, message, value=float(got) if numeric else None, threshold=float(want))
-        )
-    return parts

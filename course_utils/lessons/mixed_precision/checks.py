@@ -58,6 +58,12 @@ THRESHOLDS = {
         "(`precision`) or NaN (`overflow`)",
         measured_on=("cpu-bf16",),
     ),
+    "loss_error": Threshold(
+        0.01,
+        "relative difference of the loss step() returns from the float32 loss of the same "
+        "weights, 6 steps x 3 scenarios (cpu-bf16, torch 2.14, seed 2): reference fp16 "
+        "<= 3e-5, bf16 <= 1.5e-4; scaler.scale(loss) returned: 2**16 - 1",
+    ),
     "bytes_ratio": Threshold(
         0.6,
         "bytes saved for backward, AMP / float32, on the speed MLP: 0.50 with bf16 or fp16 "
@@ -106,7 +112,12 @@ def _ran_in_fp16(model: nn.Module, fn) -> tuple[object, bool]:
     return result, bool(seen) and all(d == torch.float16 for d in seen)
 
 
-def _diagnose_grads(grads, reference) -> str:
+def _diagnose_grads(grads, reference, clean_ok: bool = False) -> str:
+    if clean_ok:
+        return (
+            "the same function is right on a model whose .grad is None: yours adds onto the "
+            "gradients already in .grad; zero them first (model.zero_grad(set_to_none=True))"
+        )
     if not all(torch.isfinite(torch.as_tensor(g)).all() for g in grads):
         return (
             "inf/NaN in your gradients: the scaled gradients overflowed fp16 (max 65504). "
@@ -140,6 +151,7 @@ def check_loss_scale(rescued_grads):
     for name in ("late", "early"):
         model, x, y = demo.snapshot(name, seed=1)
         reference = demo.fp32_grads(model, x, y)
+        _stale_grads(model)  # a model in training arrives with last step's .grad
         grads, fp16 = _ran_in_fp16(model, lambda model=model, x=x, y=y: rescued_grads(model, x, y))
         grads = list(grads)
         if not fp16:
@@ -155,9 +167,29 @@ def check_loss_scale(rescued_grads):
         what = "worst relative error of a parameter's gradient vs float32"
         message = f"{what}: {worst:.3g} (allowed {tol})"
         if not worst <= tol:
-            message += "; " + _diagnose_grads(grads, reference)
+            message += "; " + _diagnose_grads(
+                grads, reference, _clean_rerun_ok(rescued_grads, name)
+            )
         parts.append(correct(f"{name} snapshot", worst <= tol, message, value=worst, threshold=tol))
     return parts
+
+
+def _stale_grads(model: nn.Module) -> None:
+    """Fill .grad as a previous step would have left it: an answer must not add onto it."""
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 0.01)
+
+
+def _clean_rerun_ok(rescued_grads, name: str) -> bool:
+    """The probe that confirms "adds onto old .grad": the same answer on a model whose .grad
+    is None is right."""
+    model, x, y = demo.snapshot(name, seed=1)
+    reference = demo.fp32_grads(model, x, y)
+    model.zero_grad(set_to_none=True)
+    grads = list(rescued_grads(model, x, y))
+    if len(grads) != len(reference):
+        return False
+    return max(demo.grad_errors(grads, reference)) <= THRESHOLDS["grad_error"].value
 
 
 # --- exercise 2 ------------------------------------------------------------------------------
@@ -171,10 +203,12 @@ def _run_scenario(make_amp_step, name: str, snapshot: str, dtype: torch.dtype) -
     probe = StepProbe(model)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     step = make_amp_step(probe, F.mse_loss, opt, torch.device("cpu"), dtype, MAX_NORM)
-    start, skipped = params(model), 0
+    start, skipped, returned = params(model), 0, []
     for _ in range(STEPS):
         before = params(model)
-        step(x, y)
+        with torch.no_grad():  # the float32 loss of these weights: what step() must return
+            want = F.mse_loss(model(x), y).item()
+        returned.append((step(x, y), want))
         skipped += all(torch.equal(a, b) for a, b in zip(before, params(model), strict=True))
     # float32 replays the steps the learner's scaler did not skip
     ref_probe = StepProbe(twin)
@@ -209,6 +243,9 @@ def _run_scenario(make_amp_step, name: str, snapshot: str, dtype: torch.dtype) -
             "changed): after an overflow the scale must back off, which "
             "scaler.update() does once per step",
         )
+    loss_part = _returned_loss(name, returned)
+    if loss_part is not None:
+        return loss_part
     scaled = probe.out_grad_max[0] / max(ref_probe.out_grad_max[0], 1e-30)
     if dtype == torch.bfloat16 and scaled > 8:
         return correct(
@@ -222,11 +259,19 @@ def _run_scenario(make_amp_step, name: str, snapshot: str, dtype: torch.dtype) -
         f"worst layer's parameter change after {STEPS} steps ({skipped} skipped by the scaler) differs "
         f"from float32 by {error:.3g} (allowed {tol})"
     )
-    if error > tol and ratio < 0.5:
+    if error > tol and ratio < 0.5 and dtype == torch.float16 and scaled < 8:
         message += (
-            f"; that update is {ratio:.2g}x float32's: gradients were lost or shrunk "
-            "(fp16 gradients underflowing without a GradScaler, or clipping the still "
-            "scaled gradients: call scaler.unscale_(optimizer) before clip_grad_norm_)"
+            f"; that update is {ratio:.2g}x float32's, and the gradient reaching the output "
+            f"was {scaled:.3g}x float32's: the loss was not scaled, so fp16 gradients "
+            "underflowed. Use a GradScaler for fp16 (without a GradScaler they vanish)"
+        )
+    elif error > tol and ratio < 0.5:
+        message += (
+            f"; that update is {ratio:.2g}x float32's, while backward ran with gradients "
+            f"{scaled:.3g}x float32's (the scale): the optimizer did not get the gradients "
+            "divided by the scale exactly once before clipping. See 'The AMP training step', "
+            "points 3-4: scaler.unscale_(optimizer) before clip_grad_norm_, and scaler.step "
+            "(which unscales only if you did not) instead of dividing by hand"
         )
     elif error > tol and ratio > 2:
         message += (
@@ -234,6 +279,23 @@ def _run_scenario(make_amp_step, name: str, snapshot: str, dtype: torch.dtype) -
             "act on the gradients the optimizer used (clip after unscale_, before step)"
         )
     return correct(name, error <= tol, message, value=error, threshold=tol)
+
+
+def _returned_loss(name: str, returned: list[tuple[object, float]]):
+    """A failed part if any step returned something other than its loss (float32 value of the
+    same weights, within LOSS_ERROR: the forward ran in 16 bits), else None."""
+    for i, (got, want) in enumerate(returned):
+        try:
+            value = float(torch.as_tensor(got).detach().float().reshape(()))
+        except (TypeError, RuntimeError, ValueError):
+            return correct(name, False, f"step {i} returned {got!r}, not the loss: return it")
+        ratio = value / want if want else float("inf")
+        if not abs(ratio - 1) <= THRESHOLDS["loss_error"].value:
+            said = f"step {i} returned {value:.4g} for a loss of {want:.4g} ({ratio:.3g}x)"
+            if ratio >= 2**8 and float(ratio).is_integer() and (int(ratio) & int(ratio) - 1) == 0:
+                said += ": a power of two, the scaler's scale: return loss, not scaler.scale(loss)"
+            return correct(name, False, said + "; step(x, y) returns the loss of that step")
+    return None
 
 
 def _speed_part(effect: demo.AmpEffect, cls: str):
@@ -269,6 +331,10 @@ def check_amp_step(make_amp_step):
         _run_scenario(make_amp_step, "fp16, small gradients", "late", torch.float16),
         _run_scenario(make_amp_step, "bf16", "early", torch.bfloat16),
     ]
+    if any(p.status == "failed" for p in parts):  # a wrong step's speed means nothing
+        return parts + [
+            not_applicable("activation memory and speed", "not measured: fix the parts above first")
+        ]
     device = get_device()
     cls = device_class(device)
     if device.type not in ("cuda", "cpu"):  # e.g. MPS: memory on the CPU, speed not graded
