@@ -63,6 +63,7 @@ THRESHOLDS = {
         "relative difference of the loss step() returns from the float32 loss of the same "
         "weights, 6 steps x 3 scenarios (cpu-bf16, torch 2.14, seed 2): reference fp16 "
         "<= 3e-5, bf16 <= 1.5e-4; scaler.scale(loss) returned: 2**16 - 1",
+        measured_on=("cpu-bf16",),
     ),
     "bytes_ratio": Threshold(
         0.6,
