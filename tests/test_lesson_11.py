@@ -6,6 +6,8 @@ not return a model. Everything else is tested without training to the end."""
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import time
 
 import pytest
 import torch
@@ -27,7 +29,9 @@ unguarded_fit = lesson.fit.__wrapped__
 def slow_baseline(monkeypatch):
     """A baseline that 'took' 1000 s and one pair: the time part passes at once, so a test
     sees the other parts without timing anything."""
-    monkeypatch.setattr(capstone_checks, "_baseline_seconds", lambda dataset, seed: 1000.0)
+    monkeypatch.setattr(
+        capstone_checks, "_baseline_seconds", lambda dataset, seed: (1000.0, 1000.0)
+    )
     monkeypatch.setattr(capstone_checks, "PAIRS", 1)
 
 
@@ -124,6 +128,25 @@ def test_on_a_t4_class_gpu_the_tuned_recipe_autocasts_fp16_through_a_scaler(monk
     with capstone_checks.precision_watch() as seen:
         unguarded_fit(tuned, part, epochs=1, leave=False)
     assert seen == {"fp16": 1, "scaled": 1}
+
+
+def test_a_run_that_leaves_worker_processes_running_is_timed_on_the_wall_clock(slow_baseline):
+    """CPU seconds would miss the work of processes still running (persistent DataLoader
+    workers), so that run is timed on the wall clock; a plain run on the CPU clock."""
+    ctx = multiprocessing.get_context("spawn")
+    worker = ctx.Process(target=time.sleep, args=(30,))
+
+    def with_worker(train_set):
+        worker.start()
+        return few_batches()(train_set)
+
+    try:
+        error = failure(lesson.check_speedrun, with_worker)
+    finally:
+        worker.kill()
+        worker.join()
+    assert "wall-clock seconds" in error.summary
+    assert "CPU seconds" in failure(lesson.check_speedrun, few_batches()).summary
 
 
 def test_too_few_epochs_fails_on_held_out_accuracy(slow_baseline):

@@ -198,6 +198,8 @@ class Trained:
     setup_s: float  # model, optimizer and (data on the device) decoding, before epoch 1
     epoch_s: list[float] = field(default_factory=list)
     steps: int = 0
+    setup_cpu_s: float = 0.0  # the same, in CPU seconds of this process (the check's CPU clock)
+    epoch_cpu_s: list[float] = field(default_factory=list)
 
     @property
     def seconds(self) -> float:
@@ -207,6 +209,9 @@ class Trained:
         """The time of a run of `epochs` epochs: every epoch is the same work (same data
         path, batch and model), so setup + epochs x the median epoch measured."""
         return self.setup_s + epochs * statistics.median(self.epoch_s)
+
+    def cpu_seconds_for(self, epochs: int) -> float:
+        return self.setup_cpu_s + epochs * statistics.median(self.epoch_cpu_s)
 
 
 def _step(scaler: torch.amp.GradScaler, opt: torch.optim.Optimizer, sched, loss) -> None:
@@ -240,7 +245,7 @@ def fit(
     generator = torch.Generator().manual_seed(seed)
     fmt = torch.channels_last if recipe.channels_last else torch.contiguous_format
     synchronize(device)
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     model = make_model(recipe).to(device, memory_format=fmt)
     opt = make_optimizer(recipe, model.parameters(), device)
     steps_per_epoch = len(dataset) // recipe.batch_size
@@ -257,10 +262,11 @@ def fit(
     else:
         loader = newcomer_loader(dataset, recipe.batch_size, generator)
     synchronize(device)
-    run = Trained(model, time.perf_counter() - start)
+    run = Trained(model, time.perf_counter() - start, setup_cpu_s=time.process_time() - start_cpu)
     bar = tqdm(total=epochs * steps_per_epoch, desc=label, unit="step", leave=leave)
     for epoch in range(1, epochs + 1):
-        t0, correct, seen = time.perf_counter(), torch.zeros((), device=device), 0
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        correct, seen = torch.zeros((), device=device), 0
         batches = (
             device_batches(x_all, y_all, recipe.batch_size, generator)
             if recipe.data_on_device
@@ -282,6 +288,7 @@ def fit(
             bar.update()
         synchronize(device)
         run.epoch_s.append(time.perf_counter() - t0)
+        run.epoch_cpu_s.append(time.process_time() - cpu0)
         bar.set_postfix_str(f"epoch {epoch}/{epochs}, train acc {float(correct) / seen:.1%}")
     bar.close()
     return run
