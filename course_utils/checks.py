@@ -9,7 +9,8 @@ CheckFailed for anything but a pass, so nbval marks the cell.
 Every check is registered by its id in REGISTRY (the `grade_id` of its locked cell). A
 lesson's reference answers are marked `@reference`: while a check runs the learner's code
 (every plain function passed to the check is wrapped), calling one raises ReferenceUsed,
-and the check fails saying so. Outside checks, demos may use them freely.
+and the check fails saying so. Outside checks, demos may use them freely. Functions that read
+a held-out split are marked `@held_out` and guarded the same way (HeldOutUsed).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .device import DEVICE_CLASSES, device_class
-from .errors import CheckFailed, ReferenceUsed
+from .errors import CheckFailed, HeldOutUsed, ReferenceUsed
 from .mode import untimed_reason
 from .protocol import ERROR, FAILED, MIME, NOT_APPLICABLE, NOT_ATTEMPTED, PASSED
 
@@ -70,6 +71,24 @@ def reference(fn: Callable) -> Callable:
         return fn(*args, **kwargs)
 
     guarded.is_reference = True
+    return guarded
+
+
+held_out_reads: list[str] = []  # held-out readers the learner's code called (kept if caught)
+
+
+def held_out(fn: Callable) -> Callable:
+    """Mark a function that reads a held-out split: checks may use it to judge a model, the
+    learner's function may not while it is being graded (raises HeldOutUsed, and the call is
+    recorded in `held_out_reads` in case the learner's code catches the exception)."""
+
+    @functools.wraps(fn)
+    def guarded(*args, **kwargs):
+        if _learner_depth > 0:
+            held_out_reads.append(fn.__name__)
+            raise HeldOutUsed(fn.__name__)
+        return fn(*args, **kwargs)
+
     return guarded
 
 

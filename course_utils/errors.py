@@ -44,3 +44,17 @@ class ReferenceUsed(CourseError):
             f"your code called the lesson's reference answer `{name}`: the check grades your "
             "own code, so write the exercise without it"
         )
+
+
+class HeldOutUsed(ReferenceUsed):
+    """Raised when the learner's code reads a held-out split while a check runs."""
+
+    def __init__(self, name: str):
+        self.name = name
+        CourseError.__init__(
+            self,
+            f"your code used the held-out test split (`{name}`) while the check ran: a run "
+            "that looks at the test split, to stop early or to pick settings, has tuned itself "
+            "to those images, so its score no longer says how it does on new ones. Train and "
+            "decide on train_set only (hold out part of it if you want a validation score)",
+        )

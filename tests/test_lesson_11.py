@@ -1,38 +1,67 @@
-"""Lesson 11, the capstone: the speed-run check passes the reference, fails a run that misses
-the target on held-out data, a run no faster than the baseline, and what is not a model."""
+"""Lesson 11, the capstone: the speed-run check passes the reference and fails the unchanged
+baseline on time (both timed for real, interleaved), and fails fast, naming the cause, a run
+that reads the test split, autocasts to fp16 without a GradScaler, misses the target, or does
+not return a model. Everything else is tested without training to the end."""
 
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import time
 
 import pytest
 import torch
 from check_helpers import fails, failure, not_attempted
 
+from course_utils import checks as harness
+from course_utils import device as device_mod
 from course_utils.device import DEVICE_CLASSES
 from course_utils.lessons import capstone as lesson
+from course_utils.lessons.capstone import ablate as ablation_mod
 from course_utils.lessons.capstone import checks as capstone_checks
+from course_utils.lessons.capstone import recipe as recipe_mod
 
 pytestmark = pytest.mark.timeout(600)
+unguarded_fit = lesson.fit.__wrapped__
 
 
 @pytest.fixture
-def fast_baseline(monkeypatch):
-    """A baseline that 'took' 1000 s: the time part passes, so a test sees the other parts."""
-    real = capstone_checks.train_recipe
-
-    def fake(recipe, dataset, seed=0, device=None):
-        if recipe == lesson.BASELINE:
-            return lesson.demo.Run(recipe, 1000.0, 0.0, 0)
-        return real(recipe, dataset, seed, device)
-
-    monkeypatch.setattr(capstone_checks, "train_recipe", fake)
+def slow_baseline(monkeypatch):
+    """A baseline that 'took' 1000 s and one pair: the time part passes at once, so a test
+    sees the other parts without timing anything."""
+    monkeypatch.setattr(
+        capstone_checks, "_baseline_seconds", lambda dataset, seed: (1000.0, 1000.0)
+    )
+    monkeypatch.setattr(capstone_checks, "PAIRS", 1)
 
 
 def own_loop(recipe):
     """A learner's speed-run that trains with `recipe` through its own copy of the loop."""
-    unguarded = lesson.train_recipe.__wrapped__
-    return lambda train_set: unguarded(recipe, train_set).model
+    return lambda train_set: unguarded_fit(recipe, train_set, leave=False).model
+
+
+def few_batches(step_hook=None, dtype=None, scaler=False):
+    """A learner's loop over 2 batches of the data set (a test of the rules, not of speed;
+    fp16 on a CPU is slow)."""
+
+    def speedrun(train_set):
+        device = torch.device("cpu")
+        model = recipe_mod.make_model(lesson.tuned_recipe())
+        opt = torch.optim.AdamW(model.parameters(), 0.01)
+        grad_scaler = torch.amp.GradScaler("cpu", enabled=scaler)
+        x, y = lesson.decode_all(torch.utils.data.Subset(train_set, range(64)), device)
+        for xb, yb in lesson.device_batches(x, y, 32, torch.Generator().manual_seed(0)):
+            with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+                loss = torch.nn.functional.cross_entropy(model(xb), yb)
+            opt.zero_grad()
+            grad_scaler.scale(loss).backward()
+            grad_scaler.step(opt)
+            grad_scaler.update()
+            if step_hook:
+                step_hook(model)
+        return model
+
+    return speedrun
 
 
 def test_the_reference_speedrun_reaches_the_target_faster_than_the_baseline():
@@ -40,6 +69,7 @@ def test_the_reference_speedrun_reaches_the_target_faster_than_the_baseline():
     assert result.status == "passed", result.message
     time_part = next(p for p in result.parts if p.name == "time to target")
     assert time_part.value >= lesson.THRESHOLDS[result.device_class].value
+    assert f"median of {lesson.PAIRS} interleaved pairs" in time_part.message
 
 
 def test_the_unchanged_baseline_loop_fails_the_time_part(monkeypatch):
@@ -51,13 +81,81 @@ def test_the_unchanged_baseline_loop_fails_the_time_part(monkeypatch):
     assert "time to target" in error.summary and "below" in error.summary
 
 
-def test_too_few_epochs_fails_on_held_out_accuracy(fast_baseline):
-    one_epoch = dataclasses.replace(lesson.tuned_recipe(), epochs=1, batch_size=256)
-    error = failure(lesson.check_speedrun, own_loop(one_epoch))
+def test_stopping_early_on_the_test_split_fails_naming_it():
+    def peek(model):
+        if lesson.held_out_accuracy(model) >= lesson.TARGET:
+            raise StopIteration  # never reached: the first look fails
+
+    error = failure(lesson.check_speedrun, few_batches(step_hook=peek))
+    assert "held-out test split (`held_out_accuracy`)" in error.summary
+    assert "tuned itself" in error.summary
+
+
+def test_peeking_fails_even_when_the_learner_catches_the_error():
+    def peek_quietly(model):
+        try:
+            lesson.held_out_accuracy(model)
+        except Exception:
+            pass
+
+    error = failure(lesson.check_speedrun, few_batches(step_hook=peek_quietly))
     assert "held-out test split" in error.summary
 
 
-def test_returning_something_else_than_the_model_fails_saying_so(fast_baseline):
+def test_fp16_without_a_grad_scaler_fails_saying_so():
+    error = failure(lesson.check_speedrun, few_batches(dtype=torch.float16))
+    assert "fp16 needs a GradScaler" in error.summary and "torch.amp.GradScaler" in error.summary
+
+
+def test_fp16_through_a_grad_scaler_and_bf16_without_are_not_flagged(slow_baseline):
+    for answer in (
+        few_batches(dtype=torch.float16, scaler=True),
+        few_batches(dtype=torch.bfloat16),
+    ):
+        error = failure(lesson.check_speedrun, answer)  # 2 batches miss the target, nothing else
+        assert "GradScaler" not in error.summary and "held-out accuracy" in error.summary
+
+
+def test_on_a_t4_class_gpu_the_tuned_recipe_autocasts_fp16_through_a_scaler(monkeypatch):
+    """A T4 (compute capability 7.5): amp_dtype picks fp16, the tuned recipe autocasts, and
+    its loop (run here on the CPU with fp16 forced) scales every loss."""
+    monkeypatch.setattr(device_mod, "cuda_capability", lambda device=None: (7, 5))
+    t4 = torch.device("cuda")
+    assert device_mod.amp_dtype(t4) == torch.float16 and lesson.tuned_recipe(t4).amp
+    monkeypatch.setattr(recipe_mod, "amp_dtype", lambda device=None: torch.float16)
+    tuned = dataclasses.replace(lesson.tuned_recipe(t4), channels_last=False)
+    part = recipe_mod.small_subset(lesson.training_set(), 1, tuned.batch_size)
+    with capstone_checks.precision_watch() as seen:
+        unguarded_fit(tuned, part, epochs=1, leave=False)
+    assert seen == {"fp16": 1, "scaled": 1}
+
+
+def test_a_run_that_leaves_worker_processes_running_is_timed_on_the_wall_clock(slow_baseline):
+    """CPU seconds would miss the work of processes still running (persistent DataLoader
+    workers), so that run is timed on the wall clock; a plain run on the CPU clock."""
+    ctx = multiprocessing.get_context("spawn")
+    worker = ctx.Process(target=time.sleep, args=(30,))
+
+    def with_worker(train_set):
+        worker.start()
+        return few_batches()(train_set)
+
+    try:
+        error = failure(lesson.check_speedrun, with_worker)
+    finally:
+        worker.kill()
+        worker.join()
+    assert "wall-clock seconds" in error.summary
+    assert "CPU seconds" in failure(lesson.check_speedrun, few_batches()).summary
+
+
+def test_too_few_epochs_fails_on_held_out_accuracy(slow_baseline):
+    one_epoch = dataclasses.replace(lesson.tuned_recipe(), epochs=1, batch_size=256)
+    error = failure(lesson.check_speedrun, own_loop(one_epoch))
+    assert "held-out test split" in error.summary and "below" not in error.summary
+
+
+def test_returning_something_else_than_the_model_fails_saying_so():
     error = failure(lesson.check_speedrun, lambda train_set: {"accuracy": 0.99})
     assert "expected the trained nn.Module" in error.summary
 
@@ -66,9 +164,73 @@ def test_the_untouched_exercise_is_not_attempted():
     assert fails(lesson.check_speedrun, not_attempted) == "not-attempted"
 
 
-def test_delegating_to_the_lessons_own_answer_fails():
-    error = failure(lesson.check_speedrun, lambda train_set: lesson.reference_speedrun(train_set))
+@pytest.mark.parametrize("delegate", ["reference_speedrun", "fit"])
+def test_delegating_to_the_lessons_own_answer_fails(delegate):
+    def answer(train_set):
+        if delegate == "fit":
+            return lesson.fit(lesson.tuned_recipe(), train_set).model
+        return lesson.reference_speedrun(train_set)
+
+    error = failure(lesson.check_speedrun, answer)
     assert "reference answer" in error.summary
+
+
+def test_the_check_judges_the_model_after_the_learner_code_has_returned():
+    harness.held_out_reads.clear()
+    model = recipe_mod.make_model(lesson.tuned_recipe())
+    assert 0 <= lesson.held_out_accuracy(model) <= 1  # demos and checks may read it
+    assert harness.held_out_reads == []
+
+
+def test_the_baseline_is_a_newcomers_loop():
+    model = recipe_mod.make_model(lesson.BASELINE)
+    opt = recipe_mod.make_optimizer(lesson.BASELINE, model.parameters(), torch.device("cpu"))
+    assert type(opt) is torch.optim.Adam and opt.defaults["foreach"] is None
+    loader = recipe_mod.newcomer_loader(lesson.training_set(), lesson.BASELINE.batch_size)
+    assert loader.num_workers == 0 and not lesson.BASELINE.data_on_device
+
+
+def test_fit_shows_epoch_accuracy_and_time_left(capsys):
+    tuned = lesson.tuned_recipe()
+    part = recipe_mod.small_subset(lesson.training_set(), 2, tuned.batch_size)
+    unguarded_fit(tuned, part, epochs=2, label="speed-run")
+    bar = capsys.readouterr().err
+    assert "speed-run" in bar and "epoch 2/2, train acc" in bar and "<00:00" in bar
+
+
+def test_ablation_interleaves_repeats_and_reuses_known_runs(monkeypatch):
+    made = []
+
+    def fake(recipe, dataset, seed=0, device=None, **kw):
+        made.append((recipe, seed))
+        return lesson.Run(recipe, 10.0 + seed, 0.9, 1, None, None, [4.0, 5.0])
+
+    monkeypatch.setattr(ablation_mod, "train_recipe", fake)
+    monkeypatch.setattr(ablation_mod, "_timing_run", lambda r, d, s, dev, e, n: fake(r, d, s))
+    baseline = lesson.Run(lesson.BASELINE, 99.0, 0.85, 1, None, None, [12.0])
+    rows = lesson.ablation(seeds=2, known={"baseline": baseline})
+    names = list(lesson.variants())
+    assert [r["variant"] for r in rows] == names + names[::-1]
+    assert (lesson.BASELINE, 0) not in made and (lesson.BASELINE, 1) in made
+    summary = {s["variant"]: s for s in lesson.summarise(rows)}
+    assert summary["tuned"]["seconds_range"] == (10.0, 11.0)
+    assert summary["baseline"]["runs"] == 2
+
+
+def test_ablation_labels_say_what_was_put_back():
+    names = list(lesson.variants())
+    assert names[0] == "tuned" and names[-1] == "baseline"
+    assert "tuned, but loss.item() every step (10)" in names
+    assert not any("sync_every_step" in n for n in names)
+
+
+def test_one_repeat_shows_the_spread_of_its_epochs():
+    run = lesson.Run(lesson.BASELINE, 1.0 + 8 * 2.0, 0.85, 1, None, 2, [1.5, 2.5])
+    (s,) = lesson.summarise(
+        [{"variant": "baseline", "seed": 0, "seconds": run.seconds, "run": run}]
+    )
+    assert s["seconds_range"] == (1.0 + 8 * 1.5, 1.0 + 8 * 2.5)
+    assert "timed on 2 epochs" in lesson.describe([{**s, "accuracy": None}])
 
 
 def test_every_device_class_has_a_threshold_with_its_evidence():

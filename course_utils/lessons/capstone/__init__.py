@@ -1,37 +1,42 @@
 """Lesson 11, the capstone: a speed-run to a target accuracy, its ablation, and a diagnosis."""
 
-from .checks import THRESHOLDS, check_speedrun
-from .demo import (
+from .ablate import ablation, describe, plot_ablation, summarise, variants
+from .checks import PAIRS, THRESHOLDS, check_speedrun
+from .demo import baseline_loop, compare_airbench, mode_note, tuned_loop
+from .recipe import (
     BASELINE,
     TARGET,
     Recipe,
-    ablation,
-    baseline_loop,
-    compare_airbench,
+    Run,
     decode_all,
     device_batches,
+    fit,
+    grad_scaler,
     held_out_accuracy,
-    plot_ablation,
-    summarise,
     train_recipe,
     training_set,
-    tuned_loop,
     tuned_recipe,
 )
 from .reference import reference_speedrun
 
 __all__ = [
     "BASELINE",
+    "PAIRS",
     "TARGET",
     "THRESHOLDS",
     "Recipe",
+    "Run",
     "ablation",
     "baseline_loop",
-    "compare_airbench",
     "check_speedrun",
+    "compare_airbench",
     "decode_all",
+    "describe",
     "device_batches",
+    "fit",
+    "grad_scaler",
     "held_out_accuracy",
+    "mode_note",
     "plot_ablation",
     "reference_speedrun",
     "summarise",
@@ -39,4 +44,5 @@ __all__ = [
     "training_set",
     "tuned_loop",
     "tuned_recipe",
+    "variants",
 ]

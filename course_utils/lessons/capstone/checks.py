@@ -1,22 +1,63 @@
-"""The capstone's check: a speed-run must reach the target on held-out data, faster than the
-course's baseline by a device-aware margin, timed in interleaved pairs in one process."""
+"""The capstone's check: a speed-run must reach the target on held-out data, without reading
+it, faster than the course's baseline by a device-aware margin.
+
+Timing: after a warm-up, PAIRS interleaved pairs (the learner's whole run and the baseline, the
+order alternating pair by pair), graded on the median of the pair ratios. The baseline side
+times one of its epochs per pair (every epoch is the same work: setup + epochs x epoch).
+
+What is timed is what the learner wants: wall-clock time to target on their machine, with
+nothing else running. On a GPU that is the synchronised wall time. On a CPU both sides run on
+one thread and are timed in CPU seconds (this process and its finished child processes): on
+one thread, with nothing else running, that equals the wall time; beside other work it does
+not grow while the core is taken away, and wall time does (the issue saw 1.08x to 12x for the
+same answer, timed on the wall clock with two threads). A run that leaves child processes
+running (persistent DataLoader workers), whose work CPU seconds would miss, is timed on the
+wall clock instead.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
+import statistics
 import time
+from collections.abc import Iterator
 
+import torch
 from torch import nn
+from tqdm.auto import tqdm
 
-from ...checks import Threshold, at_least, check, correct, retry_measure
+from ... import checks as harness
+from ...checks import Threshold, at_least, check, correct
 from ...device import device_class, get_device, synchronize
-from .demo import BASELINE, TARGET, held_out_accuracy, train_recipe, training_set
+from ...errors import HeldOutUsed
+from ...measure import steady_cpu
+from .recipe import (
+    BASELINE,
+    TARGET,
+    fit,
+    held_out_accuracy,
+    small_subset,
+    training_set,
+    tuned_recipe,
+)
+
+PAIRS = 3  # odd, so the median is one measured pair
+BASELINE_EPOCHS_TIMED = 1
 
 THRESHOLDS = {
-    # baseline time / learner time. The reference's ratio in quick mode on a 2-core cpu-bf16
-    # machine: see the closing note of the capstone's issue (measured with tests/test_lesson_11.py);
-    # the margin sits well below it so a correct solution passes on a loaded machine.
-    "cpu": Threshold(1.5, "reference 2.5-4x over the baseline, quick mode, 2-core CPU"),
-    "cpu-bf16": Threshold(1.5, "reference 2.5-4x over the baseline, quick mode, 2-core CPU"),
+    # baseline time / learner time, median of 3 pairs, one thread per side, CPU seconds (see
+    # the module docstring). Measured with scripts/busy_benchmark.py --check 11: the reference's
+    # ratio beside 0/1/2 spinning processes on a 2-core cpu-bf16 machine already loaded by other
+    # jobs (load 4-8): see the evidence string; the unchanged baseline reads 1.0-1.1x.
+    "cpu": Threshold(1.5, "the cpu-bf16 margin; the reference runs fp32 here (no bf16 gain)"),
+    "cpu-bf16": Threshold(
+        1.5,
+        "reference, quick mode, 2-core CPU (already at load 4-8 from other jobs), 2 checks per "
+        "level: 3.64-3.86x alone, 3.72-3.86x beside 1 spinning process, 3.26-3.43x beside 2; "
+        "wall clock with 2 threads had read 1.08-12x; the unchanged baseline reads about 1x",
+        measured_on=("cpu-bf16",),
+    ),
     "mps": Threshold(1.5, "not measured on MPS; the CPU margin"),
     # The baseline decodes every image in the training process each epoch: on a GPU it is
     # data-bound, so any tuned loop that removes that wins by far more than 2x.
@@ -25,56 +66,132 @@ THRESHOLDS = {
 }
 
 
-def _timed_run(speedrun, dataset) -> tuple[float, nn.Module]:
+@contextlib.contextmanager
+def precision_watch() -> Iterator[dict[str, int]]:
+    """Counts fp16 autocast regions entered and losses scaled by an enabled GradScaler, for
+    as long as the block runs (torch's classes patched, then put back)."""
+    seen = {"fp16": 0, "scaled": 0}
+    autocast_cls, scaler_cls = torch.amp.autocast_mode.autocast, torch.amp.GradScaler
+    enter, scale = autocast_cls.__enter__, scaler_cls.scale
+
+    def watched_enter(self):
+        if self._enabled and self.fast_dtype == torch.float16:
+            seen["fp16"] += 1
+        return enter(self)
+
+    def watched_scale(self, outputs):
+        if self.is_enabled():
+            seen["scaled"] += 1
+        return scale(self, outputs)
+
+    autocast_cls.__enter__, scaler_cls.scale = watched_enter, watched_scale
+    try:
+        yield seen
+    finally:
+        autocast_cls.__enter__, scaler_cls.scale = enter, scale
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process (all threads) and of its child processes that finished."""
+    try:
+        import resource
+    except ImportError:  # Windows: this process only
+        return time.process_time()
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + kids.ru_utime + kids.ru_stime
+
+
+def _learner_run(speedrun, dataset) -> tuple[float, float | None, object, dict[str, int]]:
+    """The learner's whole run, synchronised, its precision watched, held-out reads caught:
+    (wall seconds, CPU seconds or None where they would not be the whole run, model, seen)."""
     device = get_device()
-    synchronize(device)
-    t0 = time.perf_counter()
-    model = speedrun(dataset)
-    synchronize(device)
-    return time.perf_counter() - t0, model
+    harness.held_out_reads.clear()
+    children = set(multiprocessing.active_children())
+    with precision_watch() as seen:
+        synchronize(device)
+        t0, cpu0 = time.perf_counter(), cpu_seconds()
+        model = speedrun(dataset)
+        synchronize(device)
+        wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
+    if harness.held_out_reads:  # raised inside, and caught by the learner's own code
+        raise HeldOutUsed(harness.held_out_reads[0])
+    still_running = set(multiprocessing.active_children()) - children
+    on_cpu_clock = device.type == "cpu" and not still_running
+    return wall, cpu if on_cpu_clock else None, model, seen
+
+
+def _baseline_seconds(dataset, seed: int) -> tuple[float, float]:
+    """(wall, CPU) seconds of the whole baseline, from one of its epochs."""
+    run = fit(BASELINE, dataset, seed, epochs=BASELINE_EPOCHS_TIMED, label="baseline", leave=False)
+    return run.seconds_for(BASELINE.epochs), run.cpu_seconds_for(BASELINE.epochs)
+
+
+def _warm_up(dataset) -> None:
+    """A few steps of both recipes, untimed: lazy initialisation, kernel selection and the
+    allocator's first requests are paid here, not by whichever side runs first."""
+    for recipe in (tuned_recipe(), BASELINE):
+        part = small_subset(dataset, 3, recipe.batch_size)
+        fit(recipe, part, epochs=1, label="warm-up", leave=False)
+
+
+def _rules(model, seen: dict[str, int]) -> list:
+    """What the first run must satisfy before it is worth timing; failing parts, or none."""
+    if not isinstance(model, nn.Module):
+        what = f"speedrun returned {type(model).__name__}, expected the trained nn.Module"
+        return [correct("model", False, what)]
+    if seen["fp16"] and not seen["scaled"]:
+        return [
+            correct(
+                "fp16 needs a GradScaler",
+                False,
+                f"your run autocast to float16 {seen['fp16']} time(s) and never scaled a loss: "
+                "fp16 flushes small gradients to zero, so train through "
+                "torch.amp.GradScaler (scaler.scale(loss).backward(); scaler.step(opt); "
+                "scaler.update()), as lesson 04 does; bf16 needs none",
+            )
+        ]
+    return []
 
 
 @check(
     "11-speedrun",
     points=4,
     hint="Decode the images once and keep them on the device; train at a larger batch with a "
-    "one-cycle schedule for just enough epochs; autocast where your device class says it pays; "
-    "no bias before BatchNorm; no .item() per step. Return the trained model.",
+    "one-cycle schedule for just enough epochs; autocast where your device class says it pays "
+    "(fp16 through a GradScaler, bf16 without); no bias before BatchNorm; no .item() per step. "
+    "Never look at the test split. Return the trained model.",
 )
 def check_speedrun(speedrun):
-    dataset = training_set()
-    cls = device_class()
+    dataset, cls = training_set(), device_class()
     threshold = THRESHOLDS[cls].value
-    models = []
-
-    def pair_ratio() -> float:
-        """One run of the learner's speed-run and one baseline run, back to back."""
-        seconds, model = _timed_run(speedrun, dataset)
-        models.append(model)
-        if not isinstance(model, nn.Module):
-            return 0.0
-        base = train_recipe(BASELINE, dataset, seed=len(models))
-        return base.seconds / seconds
-
-    # a loaded machine can slow one run of a correct solution; each pair must clear the
-    # margin on its own, so retrying cannot rescue a slow one
-    ratio = retry_measure(pair_ratio, ok=lambda r: r >= threshold, attempts=2)
-    model = models[0]
-    if not isinstance(model, nn.Module):
-        return [
-            correct(
-                "model",
-                False,
-                f"speedrun returned {type(model).__name__}, expected the trained nn.Module",
-            )
-        ]
-    accuracy = held_out_accuracy(model)
+    ratios, models, clocks = [], [], set()
+    with steady_cpu(1):
+        _warm_up(dataset)
+        with tqdm(total=2 * PAIRS, desc="check: interleaved runs", unit="run") as bar:
+            for i in range(PAIRS):
+                if i % 2:  # the baseline first in every other pair
+                    base = _baseline_seconds(dataset, seed=i)
+                    bar.update()
+                wall, cpu, model, seen = _learner_run(speedrun, dataset)
+                bar.update()
+                if i == 0 and (broken := _rules(model, seen)):
+                    return broken  # nothing to time: say what is wrong now
+                if not i % 2:
+                    base = _baseline_seconds(dataset, seed=i)
+                    bar.update()
+                models.append(model)
+                ratios.append(base[0] / wall if cpu is None else base[1] / cpu)
+                clocks.add("wall-clock" if cpu is None else "CPU")
+                bar.set_postfix_str("ratios " + ", ".join(f"{r:.2f}x" for r in ratios))
+        accuracy = held_out_accuracy(models[0])
+    ratio = statistics.median(ratios)
+    pairs = ", ".join(f"{r:.2f}" for r in ratios)
     return [
         correct(
             "held-out accuracy",
             accuracy >= TARGET,
-            f"your model scores {accuracy:.1%} on the held-out test split, which training never "
-            f"sees; the target is {TARGET:.0%}",
+            f"your model scores {accuracy:.1%} on the held-out test split, which your code "
+            f"never read; the target is {TARGET:.0%}",
             value=accuracy,
             threshold=TARGET,
         ),
@@ -82,6 +199,7 @@ def check_speedrun(speedrun):
             "time to target",
             ratio,
             threshold,
-            f"baseline training time / yours, interleaved pairs on {cls}",
+            f"baseline training time / yours, median of {PAIRS} interleaved pairs on {cls}, "
+            f"{' and '.join(sorted(clocks))} seconds ({pairs})",
         ),
     ]

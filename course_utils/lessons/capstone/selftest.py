@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ...effects import effect
 from . import reference as ref
-from .demo import BASELINE, train_recipe, training_set, tuned_recipe
+from .recipe import BASELINE, train_recipe, training_set, tuned_recipe
 
 
 def answers() -> dict:
