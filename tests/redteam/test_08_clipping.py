@@ -20,6 +20,10 @@ import course_utils as cu
 from course_utils import checks
 from course_utils.lessons import clipping as lesson
 
+# One torch thread: a loaded 2-core machine runs these small models far faster so, and no
+# verdict depends on the thread count (timed sections pin their own threads anyway).
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 # --- grading a learner function, the way the notebook's check cell calls it ---------------
 
 
@@ -285,7 +289,7 @@ CLIPPED_STEP = [
     case(wrong_no_zero_grad, names=r"zero|accumulat", not_names=r"by value"),
     case(wrong_always_rescales, names=r"below|smaller|under|rescal|every", not_names=r"zero"),
     case(wrong_per_tensor_clip, names=r"per.tensor|each tensor|total", not_names=r"zero"),
-    case(wrong_zero_grad_before_step, names=r"zero", not_names=r"by value"),
+    case(wrong_zero_grad_before_step, names=r"did not move|no gradient", not_names=r"by value"),
     case(wrong_first_group_only, names=r"group", not_names=r"zero"),
     case(wrong_inf_norm_clip, names=r"2-norm|norm_type|inf", not_names=r"zero"),
 ]
