@@ -14,7 +14,12 @@ import torch.nn.functional as F
 
 from course_utils import checks
 from course_utils.lessons import habits as lesson
+from course_utils.lessons.habits import checks as habit_checks
 from course_utils.lessons.habits.loop import BETAS, EPS, LR, WEIGHT_DECAY
+
+# One torch thread: on a loaded 2-core machine a 2-thread run of this small model is ~20x
+# slower (measured: the spy's run 30 s vs 1.7 s), and no verdict depends on the thread count.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 # --- grading a learner function, the way the notebook's check cell calls it ---------------
 
@@ -212,8 +217,16 @@ FAST_TRAIN = [
 ]
 
 
+# The interleaved timing (slow_train, the fix and yours, 5 rounds) runs for one valid answer
+# and for the one wrong answer only timing can catch; the others are graded on results and
+# syncs with the timing stubbed as passing, which cannot turn a failure into a pass.
+TIMED = {"valid_fused_adamw_data_batch", "wrong_anomaly_left_on"}
+
+
 @pytest.mark.parametrize("fn, expect, names, not_names", FAST_TRAIN)
-def test_fast_train(fn, expect, names, not_names):
+def test_fast_train(fn, expect, names, not_names, monkeypatch):
+    if fn.__name__ not in TIMED:
+        monkeypatch.setattr(habit_checks, "_speed", lambda fn, steps, every: (5.0, 5.0, 1.0))
     assert_verdict(grade(lesson.check_fast_train, fn), expect, names, not_names)
 
 
