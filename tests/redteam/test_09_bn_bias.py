@@ -23,6 +23,11 @@ from torch.overrides import TorchFunctionMode
 
 from course_utils import checks
 from course_utils.lessons import bn_bias as lesson
+from course_utils.lessons.bn_bias import checks as bn_checks
+
+# One torch thread: a loaded 2-core machine runs these small models far faster so, and no
+# verdict depends on the thread count (timed sections pin their own threads anyway).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 # --- grading a learner function, the way the notebook's check cell calls it ---------------
 
@@ -109,10 +114,10 @@ class _Reads(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def _pairs_by_hooks(model, example):
-    """{layer: bn} where the BN's input *is* the layer's output tensor, in a train forward,
-    and nothing but that BN reads the tensor."""
-    probe, reads = copy.deepcopy(model).train(), _Reads()
+def _pairs_by_hooks(model, example, only_reader=True, train=True):
+    """{layer: bn} where the BN's input *is* the layer's output tensor, in a train (or eval)
+    forward, and (if `only_reader`) nothing but that BN reads the tensor."""
+    probe, reads = copy.deepcopy(model).train(train), _Reads()
     outputs, pairs, handles = [], {}, []
     for name, m in probe.named_modules():
         if isinstance(m, LAYERS):
@@ -135,7 +140,8 @@ def _pairs_by_hooks(model, example):
     return {
         layer: bn
         for layer, bn in pairs.items()
-        if not any(t is out_of[layer] for t in reads.read if isinstance(t, torch.Tensor))
+        if not only_reader
+        or not any(t is out_of[layer] for t in reads.read if isinstance(t, torch.Tensor))
     }
 
 
@@ -169,9 +175,9 @@ def valid_fx_single_user(model, example):
 
 
 def wrong_probe_fooled_by_downstream_bn(model, example):
-    """The notebook's own recipe (a BN receives it, and a +1 on the bias does not move the
-    train output): a residual sum that a later BN normalises hides the second use."""
-    for name, bn_name in lesson.feeds_bn(model, example, train=True).items():
+    """The notebook's hint, hooks by hand (a BN receives it) and a +1 on the bias that does
+    not move the train output: a residual sum that a later BN normalises hides the second use."""
+    for name, bn_name in _pairs_by_hooks(model, example, only_reader=False).items():
         if model.get_submodule(name).bias is not None and not _moves_output(model, name, example):
             _drop_bias(model, name, bn_name)
     return model
@@ -202,8 +208,8 @@ def wrong_no_running_mean_fix(model, example):
 
 
 def wrong_no_other_use_probe(model, example):
-    """Trusts 'a BN receives its output' alone: the residual sum also uses it."""
-    for name, bn_name in lesson.feeds_bn(model, example, train=True).items():
+    """Trusts 'a BN receives its output' (hooks by hand) alone: the residual sum also uses it."""
+    for name, bn_name in _pairs_by_hooks(model, example, only_reader=False).items():
         if model.get_submodule(name).bias is not None:
             _drop_bias(model, name, bn_name)
     return model
@@ -434,7 +440,11 @@ def valid_linears_too(model, example):
 
 def wrong_fuses_in_place(model, example):
     model.eval()
-    return _fuse_verified(model, example, _conv_pairs(model, example), fuse_conv_bn_eval)
+    for name, bn_name in _conv_pairs(model, example):
+        conv, bn = model.get_submodule(name), model.get_submodule(bn_name)
+        _set(model, name, fuse_conv_bn_eval(conv, bn))
+        _set(model, bn_name, nn.Identity())
+    return model
 
 
 def wrong_eval_before_copy(model, example):
@@ -469,9 +479,13 @@ def wrong_module_order_pairs(model, example):
 
 
 def wrong_unverified_pairs(model, example):
-    """Fuses every conv whose output a BN receives, also the one a residual sum uses."""
+    """Fuses every conv whose output a BN receives (hooks by hand), also the one a residual
+    sum uses."""
     fused = copy.deepcopy(model).eval()
-    for name, bn_name in _conv_pairs(fused, example):
+    pairs = _pairs_by_hooks(fused, example, only_reader=False, train=False).items()
+    for name, bn_name in [
+        (n, b) for n, b in pairs if isinstance(fused.get_submodule(n), nn.Conv2d)
+    ]:
         _set(
             fused, name, fuse_conv_bn_eval(fused.get_submodule(name), fused.get_submodule(bn_name))
         )
@@ -507,7 +521,9 @@ class _AffineAfterConv(nn.Module):
 
 def wrong_affine_not_folded(model, example):
     fused = copy.deepcopy(model).eval()
-    return _fuse_verified(fused, example, _conv_pairs(fused, example), _AffineAfterConv)
+    return _fuse_verified(
+        fused, example, _conv_pairs(fused, example), lambda c, b: _AffineAfterConv(c, b).eval()
+    )
 
 
 def wrong_bn_dropped(model, example):
@@ -534,6 +550,15 @@ FUSE = [
 ]
 
 
+# The fusion timing runs for one valid answer and for the one wrong answer only timing can
+# catch; the others are graded on outputs, modes and BN calls, with the timing stubbed as
+# passing, which cannot turn a failure into a pass.
+TIMED = {"valid_hand_folded", "wrong_affine_not_folded"}
+
+
 @pytest.mark.parametrize("fn, expect, names, not_names", FUSE)
-def test_fuse(fn, expect, names, not_names):
+def test_fuse(fn, expect, names, not_names, monkeypatch):
+    if fn.__name__ not in TIMED:
+        passing = checks.at_least("inference speed-up", 2.0, 1.15, "stubbed in this test")
+        monkeypatch.setattr(bn_checks, "_fusion_speed", lambda fuse: passing)
     assert_verdict(grade(lesson.check_fuse, fn), expect, names, not_names)
