@@ -260,9 +260,9 @@ def test_amp_clip_fails_each_mistake_naming_it(wrong, message):
     assert message in failure(lesson.check_amp_clipped_step, wrong).summary
 
 
-def test_amp_clip_without_update_errors_with_torchs_reason():
+def test_amp_clip_without_update_fails_naming_update():
     failed = failure(lesson.check_amp_clipped_step, amp_step(update=False))
-    assert failed.status == "error" and "unscale_()" in failed.summary
+    assert failed.status == "failed" and "scaler.update() was never called" in failed.summary
 
 
 def test_amp_clip_stub_and_reference_delegation():

@@ -123,7 +123,7 @@ def test_remove_biases_passes_reference_and_fx():
         (zero_and_freeze, "zeroed but still parameters"),
         (without_fold, "eval-mode output"),
         (fold_into_beta, "train-mode output"),
-        (perturb_everything, "removed but needed: ['5.refine']"),
+        (perturb_everything, "'5.refine']; redundant but kept: none"),
         (probe_on_the_model_itself, "eval-mode output"),
     ],
     ids=[
@@ -292,7 +292,7 @@ def test_fuse_passes_reference_and_fx_fuser():
     ("wrong", "status", "message"),
     [
         (in_train_mode, "error", "Fusion only for eval"),
-        (in_place, "failed", "fuse a copy"),
+        (in_place, "failed", "the model you were given is left in eval mode"),
         (unfused_copy, "failed", "batch-norm ops left"),
         (by_attribute_names, "failed", "eval output"),
         (fused_but_bn_kept, "failed", "eval output"),

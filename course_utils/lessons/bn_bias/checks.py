@@ -9,12 +9,13 @@ import statistics
 
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 from torch.overrides import TorchFunctionMode
 
 from ...checks import Threshold, at_least, at_most, check, correct, retry_measure
 from ...device import device_class
 from ...models import count_parameters
-from . import demo
+from . import demo, reference
 
 THRESHOLDS = {
     "bn_ops_left": Threshold(
@@ -69,15 +70,16 @@ def _differ(a: torch.Tensor, b: torch.Tensor) -> float:
     "bias into the BN's running_mean (running_mean -= bias) so eval outputs stay the same.",
 )
 def check_remove_biases(remove_redundant_biases):
-    model, x = demo.scenario_model(), demo.scenario_input()
+    model, x = demo.scenario_model(downstream_bn=True), demo.scenario_input()
     before_train, before_eval = _outputs(model, x, True), _outputs(model, x, False)
     n_before, had = count_parameters(model), _biases(model)
+    original = copy.deepcopy(model)
     result = remove_redundant_biases(model, demo.scenario_input(2))
     model = result if isinstance(result, nn.Module) else model
     removed = had - _biases(model)
     saved = n_before - count_parameters(model)
     truth = demo.REDUNDANT
-    want = sum(demo.scenario_model().get_submodule(n).bias.numel() for n in truth)
+    want = sum(original.get_submodule(n).bias.numel() for n in truth)
     wrong = sorted(removed - set(truth))
     missed = sorted(set(truth) - removed)
     zeroed = [n for n in missed if not model.get_submodule(n).bias.detach().any()]
@@ -98,24 +100,52 @@ def check_remove_biases(remove_redundant_biases):
     atol = THRESHOLDS["output_atol"].value
     train_gap = _differ(_outputs(model, x, True), before_train)
     parts.append(
-        at_most(
-            "train-mode output",
-            train_gap,
-            atol,
-            "largest change of the train-mode output (a removed bias that did not only feed a BN?)",
-        )
+        at_most("train-mode output", train_gap, atol, "largest change of the train-mode output")
     )
     eval_gap = _differ(_outputs(model, x, False), before_eval)
-    parts.append(
-        at_most(
-            "eval-mode output",
-            eval_gap,
-            atol,
-            "largest change of the eval-mode output (bias folded into running_mean? BN statistics "
-            "touched by a train-mode probe? a layer unused in training?)",
-        )
+    eval_part = at_most(
+        "eval-mode output", eval_gap, atol, "largest change of the eval-mode output"
     )
-    return parts
+    if eval_part.status == "failed":
+        eval_part.message += _eval_cause(original, model, removed & set(truth), wrong)
+    return [*parts, eval_part]
+
+
+def _eval_cause(original: nn.Module, model: nn.Module, removed_right, removed_wrong) -> str:
+    """Name why eval outputs moved only from what the BNs' buffers and the removed layers
+    show; else nothing beyond the measurement."""
+    causes = []
+    eval_only = sorted(set(removed_wrong) & set(demo.EVAL_ONLY))
+    if eval_only:
+        causes.append(f"{eval_only} never runs in train mode, but its bias counts in eval mode")
+    stats_moved = [
+        name
+        for name, m in model.named_modules()
+        if isinstance(m, _BatchNorm)
+        and m.running_var is not None
+        and not torch.equal(m.running_var, original.get_submodule(name).running_var)
+    ]
+    if stats_moved:
+        causes.append(
+            f"the running_var of {stats_moved[:3]} changed: a train-mode forward ran on the "
+            "model itself (probe on a copy.deepcopy)"
+        )
+    fed = reference.feeds_bn(original, demo.scenario_input(), train=True)
+    unfolded = [
+        name
+        for name in sorted(removed_right)
+        if name in fed
+        and torch.equal(
+            model.get_submodule(fed[name]).running_mean,
+            original.get_submodule(fed[name]).running_mean,
+        )
+    ]
+    if unfolded and not stats_moved:
+        causes.append(
+            f"the running_mean of the BN after {unfolded} is unchanged: fold the bias into it "
+            "(running_mean -= bias)"
+        )
+    return " (" + "; ".join(causes) + ")" if causes else ""
 
 
 # --- exercise 2: is it inside the noise? ----------------------------------------------------
@@ -131,6 +161,10 @@ def _synthetic(seed: int, kind: str) -> list[float]:
         return [rng.gauss(1.0, 0.02) for _ in range(15)] + [20.0]
     if kind == "1.5x faster":
         return [rng.gauss(1.5, 0.1) for _ in range(16)]
+    if kind == "1.5x faster, one pair hit by load":  # one pair must not veto a clear effect
+        return [rng.gauss(1.5, 0.1) for _ in range(15)] + [0.3]
+    if kind == "1.5x slower, one 20x outlier":  # an outlier inflates the mean and the stdev
+        return [1 / rng.gauss(1.5, 0.1) for _ in range(15)] + [20.0]
     return [1 / rng.gauss(1.5, 0.1) for _ in range(16)]  # 1.5x slower
 
 
@@ -140,6 +174,8 @@ SCENARIOS = {
     "no effect, one 20x outlier": "no effect",
     "1.5x faster": "faster",
     "1.5x slower": "slower",
+    "1.5x faster, one pair hit by load": "faster",
+    "1.5x slower, one 20x outlier": "slower",
 }
 
 
@@ -239,22 +275,40 @@ def check_fuse(fuse_for_inference):
     state = copy.deepcopy(model.state_dict())
     want = _outputs(model, x, False)
     fused = fuse_for_inference(model, demo.scenario_input(2))
-    untouched = (
-        model.training
-        and all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())
-        and set(state) == set(model.state_dict())
+    same_state = set(state) == set(model.state_dict()) and all(
+        torch.equal(v, model.state_dict()[k]) for k, v in state.items()
     )
-    parts = [
-        correct(
-            "training model kept",
-            untouched,
-            "unchanged, still in train mode"
-            if untouched
-            else "your function changed the model it was given: fuse a copy (copy.deepcopy)",
+    not_training = [n or "the model" for n, m in model.named_modules() if not m.training]
+    if not same_state:
+        said = "your function changed the weights or buffers of the model it was given: fuse a copy (copy.deepcopy)"
+    elif not_training:
+        said = (
+            f"weights untouched, but the model you were given is left in eval mode "
+            f"({', '.join(not_training[:3])}): call .eval() on the copy, not on it"
         )
+    else:
+        said = "unchanged, still in train mode"
+    parts = [correct("training model kept", same_state and not not_training, said)]
+    # nn.Identity (what a fused BN becomes) and containers (torch.fx makes plain Modules to
+    # hold submodules) do the same in either mode
+    modeless = (nn.Identity, nn.Sequential, nn.ModuleList, nn.ModuleDict)
+    training = [
+        n or "the copy"
+        for n, m in fused.named_modules()
+        if m.training and not isinstance(m, modeless) and type(m) is not nn.Module
     ]
+    parts.append(
+        correct(
+            "eval-mode copy",
+            not training,
+            "every submodule of the copy is in eval mode"
+            if not training
+            else f"{len(training)} module(s) of the copy are in train mode ({', '.join(training[:3])}): "
+            "call .eval() on the copy (it sets every submodule; .training = False sets one)",
+        )
+    )
     with torch.no_grad():
-        gap = _differ(fused.eval()(x), want)
+        gap = _differ(copy.deepcopy(fused).eval()(x), want)
     parts.append(
         at_most(
             "eval output", gap, THRESHOLDS["output_atol"].value, "largest change of the eval output"

@@ -93,8 +93,24 @@ class EvalRefine(nn.Module):
         return y if self.training else y + self.refine(y)
 
 
-def scenario_model(seed: int = 0) -> nn.Sequential:
-    """Every case the checks grade, in one model, with non-trivial running statistics."""
+class SumThenBn(nn.Module):
+    """A linear whose output feeds a BN and a residual sum that a second BN normalises: the
+    second use is invisible in the train-mode output (BN cancels the shift there too), so
+    nudging the bias does not move it, yet the output goes into more than the BN. Its BNs
+    are registered before the layer."""
+
+    def __init__(self, c: int):
+        super().__init__()
+        self.bn2, self.bn, self.lin = nn.BatchNorm1d(c), nn.BatchNorm1d(c), nn.Linear(c, c)
+
+    def forward(self, x):
+        h = self.lin(x)
+        return self.bn2(self.bn(h) + h)
+
+
+def scenario_model(seed: int = 0, *, downstream_bn: bool = False) -> nn.Sequential:
+    """Every case the checks grade, in one model, with non-trivial running statistics;
+    `downstream_bn` appends a SumThenBn (module 12) for the bias check."""
     torch.manual_seed(seed)
     model = nn.Sequential(
         conv_bn(3, 8, bias=True),  # net.0.0: redundant
@@ -109,6 +125,7 @@ def scenario_model(seed: int = 0) -> nn.Sequential:
         nn.BatchNorm1d(16),
         nn.ReLU(),
         nn.Linear(16, 10),  # keep
+        *([SumThenBn(10)] if downstream_bn else []),  # 12.lin: keep
     )
     with torch.no_grad():
         for m in model.modules():
@@ -121,6 +138,7 @@ def scenario_model(seed: int = 0) -> nn.Sequential:
 
 
 REDUNDANT = ["0.0", "1.conv", "5.conv", "8"]  # the layers of scenario_model whose bias BN cancels
+EVAL_ONLY = ["5.refine"]  # a layer scenario_model runs only in eval mode
 
 
 def scenario_input(seed: int = 1) -> torch.Tensor:

@@ -6,7 +6,6 @@ from .checks import (
     check_choose_max_norm,
     check_clipped_step,
     check_total_norm,
-    synthetic_history,
 )
 from .demo import (
     RunLog,
@@ -18,6 +17,7 @@ from .demo import (
     plot_sweep,
     rnn_batches,
     sweep,
+    synthetic_history,
     train_rnn,
     unclipped_step,
 )

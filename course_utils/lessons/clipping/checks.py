@@ -6,15 +6,14 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-import random
 from unittest import mock
 
 import torch
 from torch import nn
 
 from ...checks import Threshold, at_most, check, correct
-from ...device import amp_dtype, get_device
-from . import demo
+from ...device import get_device
+from . import demo, probes
 from .reference import (
     reference_amp_clipped_step,
     reference_clipped_step,
@@ -88,21 +87,11 @@ def _as_float(value) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def _diagnose_norm(got: float, model: nn.Module, norm_type: float) -> str:
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    per_tensor = [float(torch.linalg.vector_norm(g, norm_type)) for g in grads]
-    two = float(torch.linalg.vector_norm(torch.cat([g.flatten() for g in grads]), 2.0))
-    if got == 0.0:
-        return "you returned 0: was `parameters` (a generator) used up by a first loop?"
-    if math.isclose(got, sum(per_tensor), rel_tol=1e-4):
-        return (
-            "that is the SUM of the per-tensor norms; the total is the norm of the vector of norms"
-        )
-    if math.isinf(norm_type) and math.isclose(got, two, rel_tol=1e-4):
-        return "that is the 2-norm; for norm_type=inf the total is the largest |gradient| entry"
-    if math.isclose(got, two, rel_tol=1e-4):
-        return "that is the 2-norm: use norm_type for every tensor and for the norm of norms"
-    return "it matches no usual mistake: print the per-tensor norms and compare"
+def _right_from_a_list(total_grad_norm, params, norm_type: float, want: float) -> bool:
+    """The generator probe: the same parameters passed as a list, which can be read twice."""
+    with _no_delegation():
+        again = _as_float(total_grad_norm(list(params), norm_type))
+    return again is not None and math.isclose(again, want, rel_tol=THRESHOLDS["norm_rtol"].value)
 
 
 @check(
@@ -124,7 +113,12 @@ def check_total_norm(total_grad_norm):
         after = [p.grad for p in params if p.grad is not None]
         unchanged = all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
         ok = got is not None and math.isclose(got, want, rel_tol=THRESHOLDS["norm_rtol"].value)
-        why = "" if ok or got is None else "; " + _diagnose_norm(got, model, norm_type)
+        why = "" if ok or got is None else "; " + probes.diagnose_norm(got, model, norm_type)
+        if not ok and unchanged and _right_from_a_list(total_grad_norm, params, norm_type, want):
+            why = (
+                "; given a LIST of the same parameters you return the right norm: your function "
+                "reads `parameters` twice, and a generator (model.parameters()) runs out after one"
+            )
         if not unchanged:
             ok, why = False, "; but your function CHANGED the gradients: it must only measure"
         parts.append(
@@ -144,8 +138,11 @@ def check_total_norm(total_grad_norm):
 
 
 def _one_step_params(step, model, batches, max_norm: float) -> tuple[list[torch.Tensor], object]:
+    """Two steps with an optimizer of two param groups (recurrent weights, the rest), so that
+    clipping only the first group shows."""
     model = copy.deepcopy(model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=demo.LR)
+    params = list(model.parameters())
+    optimizer = torch.optim.SGD([{"params": params[:2]}, {"params": params[2:]}], lr=demo.LR)
     norm = None
     for x, y in batches:
         norm = step(model, nn.functional.mse_loss, x, y, optimizer, max_norm)
@@ -154,6 +151,19 @@ def _one_step_params(step, model, batches, max_norm: float) -> tuple[list[torch.
 
 def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
     return all(torch.allclose(x, y, rtol=1e-4, atol=1e-6) for x, y in zip(a, b, strict=True))
+
+
+def _which_mistake(got, model, batches, max_norm: float) -> str:
+    """Name a mistake only if a step that makes it ends where the learner's did."""
+    if _same(got, [p.detach() for p in model.parameters()]):
+        return "your steps did not move the parameters: no gradient was left when step() ran"
+    for step, said in probes.STEP_MISTAKES.values():
+        if _same(got, _one_step_params(step, model, batches, max_norm)[0]):
+            return said
+    return (
+        "parameters differ from a clipped step and from every usual mistake we replayed: "
+        "compare your order of calls with Exercise 2"
+    )
 
 
 @check(
@@ -165,24 +175,23 @@ def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
 def check_clipped_step(clipped_step):
     model, gen = demo.make_rnn(7), demo.rnn_batches(8)
     batches = [next(gen), next(gen)]
-    max_norm = 0.5  # the RNN's first gradients have norm ~10: clipping is active
-    want, want_norm = _one_step_params(reference_clipped_step, model, batches, max_norm)
-    got, got_norm = _one_step_params(clipped_step, model, batches, max_norm)
-    unclipped, _ = _one_step_params(demo.unclipped_step, model, batches, max_norm)
-    by_value, _ = _one_step_params(demo.by_value_step, model, batches, max_norm)
-    if _same(got, want):
+    parts = []
+    # max_norm 0.5: the RNN's first gradients have norm ~10, clipping acts; 1000: it must not
+    for name, max_norm in [("one step", 0.5), ("norm below max_norm", 1000.0)]:
+        want, want_norm = _one_step_params(reference_clipped_step, model, batches, max_norm)
+        got, got_norm = _one_step_params(clipped_step, model, batches, max_norm)
+        ok = _same(got, want)
         why = "parameters equal the reference after two steps"
-    elif _same(got, unclipped):
-        why = "parameters equal an UNCLIPPED step: clip after backward() and before step()"
-    elif _same(got, by_value):
-        why = "you clipped each entry (by value); the exercise asks to clip the total norm"
-    else:
-        why = "parameters differ from a clipped step (zero the gradients each step?)"
-    parts = [correct("one step", _same(got, want), why)]
-    g, w = _as_float(got_norm), float(want_norm)
+        if not ok:
+            why = _which_mistake(got, model, batches, max_norm)
+        parts.append(correct(name, ok, why))
+        if name == "one step":
+            g, w = _as_float(got_norm), float(want_norm)
     norm_ok = g is not None and math.isclose(g, w, rel_tol=THRESHOLDS["norm_rtol"].value)
     after = (
-        " (the norm AFTER clipping: return what clip_grad_norm_ returns)" if g == max_norm else ""
+        " (the norm AFTER clipping: return what clip_grad_norm_ returns)"
+        if g is not None and math.isclose(g, 0.5, rel_tol=1e-3)
+        else ""
     )
     parts.append(
         correct(
@@ -209,25 +218,6 @@ def check_clipped_step(clipped_step):
 # --- exercise 3: a threshold from a norm history ------------------------------------------------
 
 
-def synthetic_history(
-    seed: int, bulk: float, sigma: float, spikes: float, nonfinite: bool
-) -> list[float]:
-    """Typical norms (log-normal around `bulk`) with rare spikes 1e3-1e4x larger, as a run
-    with exploding gradients logs them; optionally ending in inf and NaN."""
-    rng = random.Random(seed)
-    norms = [bulk * math.exp(rng.gauss(0, sigma)) for _ in range(300)]
-    for i in rng.sample(range(300), int(spikes * 300)):
-        norms[i] = bulk * 10 ** rng.uniform(3, 4)
-    return norms + ([math.inf, math.nan] if nonfinite else [])
-
-
-HISTORIES = {  # name -> (seed, bulk median, spread sigma, fraction of spikes, ends in inf/nan)
-    "norms ~2, 5% spikes, then inf/nan": (0, 2.0, 0.6, 0.05, True),
-    "norms ~0.05, 2% spikes": (1, 0.05, 0.4, 0.02, False),
-    "norms ~30, 3% spikes, then inf/nan": (2, 30.0, 0.5, 0.03, True),
-}
-
-
 @check(
     "08-max-norm",
     points=1,
@@ -236,16 +226,22 @@ HISTORIES = {  # name -> (seed, bulk median, spread sigma, fraction of spikes, e
 )
 def check_choose_max_norm(choose_max_norm):
     low, high = THRESHOLDS["max_norm_low"].value, THRESHOLDS["max_norm_high"].value
+    histories = {
+        name: demo.synthetic_history(*args, **demo.SHAPES[name])
+        for name, args in demo.HISTORIES.items()
+    }
+    answers = {name: _as_float(choose_max_norm(list(h))) for name, h in histories.items()}
+    named = probes.which_statistic(list(answers.values()), list(histories.values()))
     parts = []
-    for name, (seed, bulk, sigma, spikes, nonfinite) in HISTORIES.items():
-        got = _as_float(choose_max_norm(synthetic_history(seed, bulk, sigma, spikes, nonfinite)))
+    for name, (_, bulk, *_) in demo.HISTORIES.items():
+        got = answers[name]
         ok = got is not None and math.isfinite(got) and low * bulk <= got <= high * bulk
         if got is None or not math.isfinite(got):
             why = "not a finite number: drop inf/NaN before any statistic"
         elif got > high * bulk:
-            why = "above the typical norm by more than 10x: the spikes pulled it up (mean? max?)"
+            why = f"more than 10x the typical norm: a threshold among the spikes{named}"
         elif got < low * bulk:
-            why = "below half the typical norm: nearly every step would be clipped (min?)"
+            why = f"below half the typical norm: nearly every step would be clipped{named}"
         else:
             why = "clips the spikes, leaves typical steps alone"
         parts.append(
@@ -264,27 +260,38 @@ def check_choose_max_norm(choose_max_norm):
 # --- exercise 4: clipping under a GradScaler ------------------------------------------------
 
 
+_NO_UPDATE = ("unscale_() is being called after step()", "step() has already been called")
+
+
 def _amp_run(step, blow_up: bool):
-    """Two steps of `step` on a fresh AMP problem, the second with inf gradients if `blow_up`."""
+    """Two steps of `step` on a fresh AMP problem, the second with inf gradients if `blow_up`;
+    the optimizer has two param groups, so that clipping only the first shows. Returns the
+    parameters after each step, the norms returned, the final scale and, if PyTorch refused
+    the second step because update() was never called, its words."""
     model, optimizer, scaler, x, y = demo.amp_problem(get_device())
+    params = list(model.parameters())
+    optimizer = torch.optim.SGD(
+        [{"params": params[:2]}, {"params": params[2:]}], **optimizer.defaults
+    )
     norms = [step(model, nn.functional.mse_loss, x, y, optimizer, scaler, 1.0)]
-    params = [p.detach().clone() for p in model.parameters()]
+    first = [p.detach().clone() for p in model.parameters()]
     if blow_up:
         x = x.clone()
         x[0, 0] = 3e38  # overflows in the forward: the gradients are inf/NaN
-    norms.append(step(model, nn.functional.mse_loss, x, y, optimizer, scaler, 1.0))
-    return params, [p.detach().clone() for p in model.parameters()], norms, scaler.get_scale()
-
-
-def _no_unscale_step(model, loss_fn, x, y, optimizer, scaler, max_norm):
-    optimizer.zero_grad(set_to_none=True)
-    with torch.autocast(x.device.type, dtype=amp_dtype(x.device)):
-        loss = loss_fn(model(x), y)
-    scaler.scale(loss).backward()
-    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    return norm
+    refused = None
+    try:
+        norms.append(step(model, nn.functional.mse_loss, x, y, optimizer, scaler, 1.0))
+    except RuntimeError as exc:
+        if not any(words in str(exc) for words in _NO_UPDATE):
+            raise
+        refused = str(exc).splitlines()[0]
+    return (
+        first,
+        [p.detach().clone() for p in model.parameters()],
+        norms,
+        scaler.get_scale(),
+        refused,
+    )
 
 
 @check(
@@ -295,35 +302,34 @@ def _no_unscale_step(model, loss_fn, x, y, optimizer, scaler, max_norm):
     "norm tensor without .item().",
 )
 def check_amp_clipped_step(amp_clipped_step):
-    want1, want2, want_norms, want_scale = _amp_run(reference_amp_clipped_step, blow_up=True)
-    got1, got2, got_norms, got_scale = _amp_run(amp_clipped_step, blow_up=True)
-    scaled1, *_ = _amp_run(_no_unscale_step, blow_up=False)
-    if _same(got1, want1):
-        why = "the step equals unscale_ -> clip -> scaler.step"
-    elif _same(got1, scaled1):
-        why = "you clipped the SCALED gradients (x65536): call scaler.unscale_(optimizer) first"
-    else:
-        why = "parameters differ from unscale_ -> clip -> scaler.step -> update"
-    parts = [correct("normal step", _same(got1, want1), why)]
+    want1, want2, want_norms, want_scale, _ = _amp_run(reference_amp_clipped_step, blow_up=True)
+    got1, got2, got_norms, got_scale, refused = _amp_run(amp_clipped_step, blow_up=True)
+    g, w = _as_float(got_norms[0]), float(want_norms[0])
+    parts = [correct("normal step", _same(got1, want1), _amp_step_why(got1, want1, g, w))]
     finite = all(torch.isfinite(p).all() for p in got2)
     skipped = finite and _same(got2, got1)
-    parts.append(
-        correct(
-            "step with inf gradients",
-            skipped and got_scale == want_scale,
-            "skipped, and the scale was lowered"
-            if skipped and got_scale == want_scale
-            else "the inf/NaN step changed the parameters: step through scaler.step(optimizer)"
-            if not skipped
-            else f"scale {got_scale:g} after an inf step, expected {want_scale:g}: call scaler.update()",
+    if refused:
+        why = (
+            "PyTorch refused your second step: scaler.update() was never called after "
+            "scaler.step(optimizer); call it at the end of every step"
         )
+    elif not skipped:
+        why = "the inf/NaN step changed the parameters: step through scaler.step(optimizer)"
+    elif got_scale != want_scale:
+        why = (
+            f"scale {got_scale:g} after an inf step, expected {want_scale:g}: call scaler.update()"
+        )
+    else:
+        why = "skipped, and the scale was lowered"
+    parts.append(
+        correct("step with inf gradients", not refused and skipped and got_scale == want_scale, why)
     )
     norm = got_norms[0]
-    g, w = _as_float(norm), float(want_norms[0])
     is_tensor = isinstance(norm, torch.Tensor)
     if g is not None and not math.isclose(g, w, rel_tol=1e-3):
         what = f"you returned {g:.4g}, the norm of the unscaled gradients is {w:.4g}"
         what += " (the norm of the scaled gradients?)" if g > 1e3 * w else ""
+        what += " (the norm AFTER clipping)" if math.isclose(g, 1.0, rel_tol=1e-3) else ""
     elif not is_tensor:
         what = (
             f"you returned a {type(norm).__name__}: .item() each step waits for the device "
@@ -337,3 +343,29 @@ def check_amp_clipped_step(amp_clipped_step):
         )
     )
     return parts
+
+
+def _amp_step_why(got1, want1, g: float | None, w: float) -> str:
+    """What the first step's parameters say, a cause named only where a replayed step (and the
+    returned norm) confirms it."""
+    if _same(got1, want1):
+        return "the step equals unscale_ -> clip -> scaler.step"
+    if _same(got1, _amp_run(probes.no_unscale_amp_step, blow_up=False)[0]):
+        # clipping the scaled gradients and unscaling twice end in the same parameters; the
+        # norm you return tells them apart
+        if g is not None and math.isclose(g, w, rel_tol=1e-3):
+            return (
+                "the step equals clipping, then unscaling AGAIN: you unscaled by hand and "
+                "scaler.step unscaled a second time (it does so unless scaler.unscale_(optimizer) "
+                "was called): use scaler.unscale_(optimizer)"
+            )
+        return "you clipped the SCALED gradients (x65536): call scaler.unscale_(optimizer) first"
+    if _same(got1, _amp_run(probes.fp32_amp_step, blow_up=False)[0]):
+        return (
+            "the step equals the right one computed in float32: your forward did not run under "
+            "torch.autocast(x.device.type, dtype=cu.amp_dtype(x.device)) on this device"
+        )
+    return (
+        "parameters differ from unscale_ -> clip -> scaler.step -> update and from the usual "
+        "mistakes we replayed: compare with Exercise 4"
+    )

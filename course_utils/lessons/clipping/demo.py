@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import random
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
@@ -240,3 +241,43 @@ def reference_clipped_step_plain(model, x, y, optimizer) -> torch.Tensor:
     norm = nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
     return norm
+
+
+# --- norm histories whose typical norm is known (exercise 3's check) -----------------------
+
+
+def synthetic_history(
+    seed: int,
+    bulk: float,
+    sigma: float,
+    spikes: float,
+    nonfinite: bool,
+    *,
+    first: float = 1.0,
+    ramp: int = 0,
+) -> list[float]:
+    """Typical norms (log-normal around `bulk`) with rare spikes 1e3-1e4x larger, as a run
+    with exploding gradients logs them; optionally ending in inf and NaN. `first`: the first
+    three norms are that many times the bulk (an untrained model's large first gradients);
+    `ramp`: the last `ramp` finite norms grow geometrically up to 1e3x the bulk, as a run
+    that diverges does before it overflows."""
+    rng = random.Random(seed)
+    norms = [bulk * math.exp(rng.gauss(0, sigma)) for _ in range(300)]
+    for i in rng.sample(range(300), int(spikes * 300)):
+        norms[i] = bulk * 10 ** rng.uniform(3, 4)
+    norms[:3] = [first * n for n in norms[:3]]
+    norms += [bulk * 1e3 ** ((i + 1) / ramp) for i in range(ramp)]
+    return norms + ([math.inf, math.nan] if nonfinite else [])
+
+
+HISTORIES = {  # name -> (seed, bulk median, spread sigma, fraction of spikes, ends in inf/nan)
+    "norms ~2, 5% spikes, then inf/nan": (0, 2.0, 0.6, 0.05, True),
+    "norms ~0.05, 2% spikes": (1, 0.05, 0.4, 0.02, False),
+    "norms ~30, 3% spikes, then inf/nan": (2, 30.0, 0.5, 0.03, True),
+}
+# name -> the history's shape beyond its bulk: large first steps, a climb before the overflow
+SHAPES = {
+    "norms ~2, 5% spikes, then inf/nan": {"ramp": 8},
+    "norms ~0.05, 2% spikes": {"first": 40.0},
+    "norms ~30, 3% spikes, then inf/nan": {"first": 0.05, "ramp": 5},
+}

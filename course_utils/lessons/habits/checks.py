@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 
@@ -18,7 +20,7 @@ from ...device import device_class, get_device
 from ...memory import activation_bytes
 from ...mode import pick
 from ...protocol import FAILED
-from . import demo, loop
+from . import demo, loop, probes
 from .reference import reference_evaluate, reference_fast_train
 
 THRESHOLDS = {
@@ -56,9 +58,15 @@ THRESHOLDS = {
 
 SLOW_MATH = ("loop-optimizer",)
 
+# The data the results are compared on: uneven on purpose. 7 batches of 64 and a remainder,
+# so 20 steps wrap around the data set twice (a slice without `step % n` runs off its end);
+# 500 validation rows (7 x 64 + 52), so a mean of per-batch accuracies is not the accuracy.
+CHECK_DATA = {"n": 7 * 64 + 30, "n_val": 7 * 64 + 52}
+
 
 def steps_and_every() -> tuple[int, int]:
-    return pick(quick=20, full=40), 10
+    """20 steps, validation every 7: not the default 10, so a hard-coded 10 shows."""
+    return pick(quick=20, full=40), 7
 
 
 def allowed_syncs(steps: int, eval_every: int) -> int:
@@ -73,10 +81,9 @@ def _as_floats(values) -> list[float] | None:
         return None
 
 
-def _same_results(log, ref_log, model, ref_model) -> list:
+def _same_results(log, ref_log, model, ref_model, data, steps: int, every: int) -> list:
     losses, ref_losses = _as_floats(getattr(log, "losses", None)), ref_log.losses
     accs, ref_accs = _as_floats(getattr(log, "val_accuracy", None)), ref_log.val_accuracy
-    rtol, atol = THRESHOLDS["rtol"].value, THRESHOLDS["atol"].value
     if losses is None or accs is None:
         return [
             correct(
@@ -86,7 +93,6 @@ def _same_results(log, ref_log, model, ref_model) -> list:
                 "val_accuracy) with one loss per step and one accuracy per validation",
             )
         ]
-    close = lambda a, b: len(a) == len(b) and np.allclose(a, b, rtol=rtol, atol=atol)  # noqa: E731
     worst = max(
         (
             (p.detach() - q.detach()).abs().max().item()
@@ -94,20 +100,21 @@ def _same_results(log, ref_log, model, ref_model) -> list:
         ),
         default=0.0,
     )
+    tol = (THRESHOLDS["rtol"].value, THRESHOLDS["atol"].value)
     problems = []
-    if not close(losses, ref_losses):
+    if not probes.close(losses, ref_losses, *tol):
         count = "" if len(losses) == len(ref_losses) else f" ({len(losses)} vs {len(ref_losses)})"
         problems.append(f"logged losses differ{count}: {_head(losses)} vs {_head(ref_losses)}")
-    if not close(accs, ref_accs):
+    if not probes.close(accs, ref_accs, *tol):
         problems.append(f"validation accuracies {_head(accs)} vs {_head(ref_accs)}")
-    if worst > atol:
-        problems.append(f"parameters differ by up to {worst:.2g} after the run (allowed {atol:g})")
-    if problems:
+    if worst > THRESHOLDS["atol"].value:
         problems.append(
-            "look for a different optimizer or hyper-parameter (Adam's L2 is not AdamW's decay), "
-            "gradients not zeroed every step, or other batches"
+            f"parameters differ by up to {worst:.2g} after the run "
+            f"(allowed {THRESHOLDS['atol'].value:g})"
         )
-    return [
+    if problems:
+        problems.append(probes.why_different(losses, accs, ref_log, worst, data, steps, every, tol))
+    parts = [
         correct(
             "same results",
             not problems,
@@ -116,6 +123,22 @@ def _same_results(log, ref_log, model, ref_model) -> list:
             f"{worst:.1g})",
         )
     ]
+    kinds = {
+        type(v).__name__
+        for v in [*getattr(log, "losses", []), *getattr(log, "val_accuracy", [])]
+        if not isinstance(v, float)
+    }
+    parts.append(
+        correct(
+            "floats returned",
+            not kinds,
+            "one Python float per step and per validation"
+            if not kinds
+            else f"the log holds {', '.join(sorted(kinds))} values, not floats: read them back "
+            "in your loop, once (torch.stack(losses).tolist()), so the syncs are yours and counted",
+        )
+    )
+    return parts
 
 
 def _head(xs: list[float]) -> str:
@@ -143,12 +166,13 @@ def _speed(fast_train, steps: int, eval_every: int) -> tuple[float, float, float
 )
 def check_fast_train(fast_train) -> list:
     steps, every = steps_and_every()
-    log, found = demo.diagnose(fast_train, steps, every)
+    data = loop.make_data(**CHECK_DATA)
+    log, found = demo.diagnose(fast_train, steps, every, data=data)
     # slow_train's own results, computed without its costs: only its optimizer loop kept,
     # which is what fixes the arithmetic (a test checks both log the same run)
-    ref_model, data = loop.make_model(), loop.make_data()
+    ref_model = loop.make_model()
     ref_log = loop.variant_train(ref_model, data, steps, get_device(), SLOW_MATH, every)
-    parts = _same_results(log, ref_log, found.model, ref_model)
+    parts = _same_results(log, ref_log, found.model, ref_model, data, steps, every)
     allowed = allowed_syncs(steps, every)
     parts.append(
         at_most(
@@ -159,8 +183,10 @@ def check_fast_train(fast_train) -> list:
             f"{steps // every} validations; a CPU does not pay for them, a GPU does at each",
         )
     )
-    if parts[0].status == FAILED:
+    if parts[0].status == FAILED or parts[1].status == FAILED:
         reason = "the results differ from slow_train's, so a speed-up would mean nothing yet"
+        if parts[0].status != FAILED:
+            reason = "the log holds no floats, so its read-backs were not timed in your loop"
         return [*parts, not_applicable("speed", f"not timed: {reason}")]
     remaining = found.habits(allowed)
     need = THRESHOLDS["relative-speed"].value
@@ -257,33 +283,89 @@ def _copy_cause(t: torch.Tensor, array: np.ndarray) -> str:
 )
 def check_evaluate(evaluate) -> list:
     model, x, y = demo.eval_specimen()
+    x, y = x[:EVAL_ROWS], y[:EVAL_ROWS]  # 7 batches of 64 and one of 13: batches do not divide
     expected = reference_evaluate(model, x, y, 64)
     buffers = {k: v.clone() for k, v in model.state_dict().items() if "running" in k}
     result: list = []
+    grad_was = torch.is_grad_enabled()
     saved = activation_bytes(lambda: result.append(evaluate(model, x, y, 64)))
+    grad_after = torch.is_grad_enabled()
+    torch.set_grad_enabled(grad_was)  # the rest of the check, and the notebook, need it back
     got = result[0]
     moved = [
         k for k, v in model.state_dict().items() if k in buffers and not torch.equal(v, buffers[k])
     ]
     parts = [at_most("nothing saved for backward", saved, 0, "bytes autograd saved", unit=" B")]
-    cause = (
-        "; BatchNorm updated its running statistics from the validation data and Dropout "
-        "dropped units: the model was in train mode (call model.eval())"
-        if moved
-        else ""
-    )
     ok = isinstance(got, float | int | torch.Tensor) and abs(float(got) - expected) < 1e-6
+    cause = ""
+    if moved:
+        cause = (
+            "; BatchNorm updated its running statistics from the validation data and Dropout "
+            "dropped units: the model was in train mode (call model.eval())"
+        )
+    elif not ok:
+        cause = _accuracy_cause(got, model, x, y, 64)
     said = f"you measured {got!r}, eval mode gives {expected:.4f}{cause}"
     parts.append(correct("accuracy", ok, said))
-    after = "train" if model.training else "eval"
-    said = f"the model was in train mode before evaluate and is in {after} mode after"
-    parts.append(correct("mode restored", model.training, said))
+    parts.append(_modes_part("mode restored", model, training=True))
     model.eval()
     evaluate(model, x, y, 64)
-    after = "train" if model.training else "eval"
-    said = f"a model in eval mode before evaluate is in {after} mode after"
-    parts.append(correct("eval mode kept", not model.training, f"{said} (restore the mode it had)"))
+    torch.set_grad_enabled(grad_was)
+    parts.append(_modes_part("eval mode kept", model, training=False))
     frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
     said = f"{len(frozen)} parameters no longer require grad" if frozen else "all still do"
     parts.append(correct("still trainable", not frozen, f"after evaluate: {said}"))
+    parts.append(
+        correct(
+            "autograd left on",
+            grad_after == grad_was,
+            "autograd is on after evaluate, as before"
+            if grad_after == grad_was
+            else "after evaluate autograd is OFF for the whole program (torch.is_grad_enabled() "
+            "is False): switch it off only inside a `with torch.inference_mode():` block",
+        )
+    )
     return parts
+
+
+EVAL_ROWS = 7 * 64 + 13
+
+
+def _accuracy_cause(got, model, x, y, batch_size: int) -> str:
+    """Name a batching mistake only when recomputing it reproduces the learner's number."""
+    if not isinstance(got, float | int | torch.Tensor):
+        return ""
+    probe = copy.deepcopy(model).eval()  # the learner's model keeps its modes, as they left them
+    with torch.inference_mode():
+        hits = [
+            (probe(x[i : i + batch_size]).argmax(1) == y[i : i + batch_size]).float()
+            for i in range(0, len(x), batch_size)
+        ]
+    full = len(x) // batch_size
+    mean_of_batches = float(torch.stack([h.mean() for h in hits]).mean())
+    dropped_last = float(torch.cat(hits[:full]).mean())
+    if abs(float(got) - mean_of_batches) < 1e-6:
+        return (
+            f"; that is the mean of per-batch accuracies: the last batch holds "
+            f"{len(x) - full * batch_size} rows, not {batch_size}: count the hits, divide by len(x)"
+        )
+    if abs(float(got) - dropped_last) < 1e-6:
+        return f"; that is the accuracy without the last, partial batch ({len(x) - full * batch_size} rows)"
+    return ""
+
+
+def _modes_part(name: str, model, *, training: bool):
+    """The mode of every submodule, not only the top one's flag."""
+    want = "train" if training else "eval"
+    off = [n or "the model" for n, m in model.named_modules() if m.training != training]
+    if not off:
+        said = f"a model in {want} mode before evaluate is in {want} mode after, every submodule"
+    elif "the model" in off:
+        said = f"a model in {want} mode before evaluate is in {'eval' if training else 'train'} mode after (restore the mode it had)"
+    else:
+        said = (
+            f"the model says training={training} but {len(off)} submodule(s) are not in {want} "
+            f"mode ({', '.join(off[:3])}): model.train(was) sets every submodule, "
+            "model.training = was only the top one"
+        )
+    return correct(name, not off, said)

@@ -161,10 +161,12 @@ def _profiler_on() -> bool:
     )
 
 
-def diagnose(train_fn: Callable, steps: int, eval_every: int = 10) -> tuple[object, Diagnosis]:
+def diagnose(
+    train_fn: Callable, steps: int, eval_every: int = 10, data: loop.NumpyData | None = None
+) -> tuple[object, Diagnosis]:
     """Run `train_fn(model, data, steps, device, eval_every)` under a HabitSpy; return its
     log and the counts. The trained model is kept as `Diagnosis.model`."""
-    model, data = loop.make_model(), loop.make_data()
+    model, data = loop.make_model(), data or loop.make_data()
     spy = HabitSpy(model, data.batch_size)
     spy.d.steps = steps
     anomaly = torch.is_anomaly_enabled()

@@ -51,13 +51,18 @@ class NumpyData:
 
 
 def make_data(
-    n: int | None = None, dim: int = 128, classes: int = 10, batch_size: int = 64, seed: int = 0
+    n: int | None = None,
+    dim: int = 128,
+    classes: int = 10,
+    batch_size: int = 64,
+    seed: int = 0,
+    n_val: int = 512,
 ) -> NumpyData:
     """Labels from a fixed random teacher, so a model can learn them; deterministic."""
     rng = np.random.default_rng(seed)
     n = n or pick(quick=2048, full=8192)
     teacher = rng.normal(size=(dim, classes)).astype(np.float32)
-    x = rng.normal(size=(n + 512, dim)).astype(np.float32)
+    x = rng.normal(size=(n + n_val, dim)).astype(np.float32)
     y = (x @ teacher).argmax(1).astype(np.int64)
     counts = np.bincount(y, minlength=classes) + 1
     weights = (counts.sum() / (classes * counts)).round(3).tolist()
