@@ -76,7 +76,7 @@ def test_the_unchanged_baseline_loop_fails_the_time_part(monkeypatch):
     """The learner's loop is the baseline itself: no faster, whatever the machine's load.
     (One epoch on both sides keeps the test short; the ratio is what is graded.)"""
     short = dataclasses.replace(lesson.BASELINE, epochs=1)
-    monkeypatch.setattr(capstone_checks, "BASELINE", short)
+    monkeypatch.setattr(capstone_checks, "baseline", lambda: short)
     error = failure(lesson.check_speedrun, own_loop(short))
     assert "time to target" in error.summary and "below" in error.summary
 
@@ -245,3 +245,17 @@ def test_device_batches_augment_on_the_device_and_keep_every_label():
     assert [b[0].shape for b in batches] == [(5, 3, 32, 32)] * 2
     assert sorted(torch.cat([b[1] for b in batches]).tolist()) == list(range(10))
     assert all(b[0].dtype == torch.float32 for b in batches)
+
+
+def test_target_and_baseline_follow_a_mode_decided_after_import():
+    """The notebook imports the lesson before `cu.setup` decides the mode (auto mode too)."""
+    from course_utils import mode
+
+    try:
+        mode.set_quick(False)
+        full = (lesson.TARGET, lesson.BASELINE.epochs)
+        mode.set_quick(True)
+        assert (lesson.TARGET, lesson.BASELINE.epochs) != full
+        assert lesson.TARGET == lesson.target() and lesson.BASELINE == lesson.baseline()
+    finally:
+        mode.set_quick(None)

@@ -4,15 +4,15 @@ from .ablate import ablation, describe, plot_ablation, summarise, variants
 from .checks import PAIRS, THRESHOLDS, check_speedrun
 from .demo import baseline_loop, compare_airbench, mode_note, tuned_loop
 from .recipe import (
-    BASELINE,
-    TARGET,
     Recipe,
     Run,
+    baseline,
     decode_all,
     device_batches,
     fit,
     grad_scaler,
     held_out_accuracy,
+    target,
     train_recipe,
     training_set,
     tuned_recipe,
@@ -21,8 +21,10 @@ from .reference import reference_speedrun
 
 __all__ = [
     "BASELINE",
+    "baseline",
     "PAIRS",
     "TARGET",
+    "target",
     "THRESHOLDS",
     "Recipe",
     "Run",
@@ -46,3 +48,10 @@ __all__ = [
     "tuned_recipe",
     "variants",
 ]
+
+
+def __getattr__(name: str):
+    """`lesson.TARGET` / `lesson.BASELINE`: read when used, after `cu.setup` chose the mode."""
+    from . import recipe
+
+    return getattr(recipe, name)

@@ -8,7 +8,9 @@ import statistics
 
 from tqdm.auto import tqdm
 
-from .recipe import BASELINE, TARGET, Recipe, Run, fit, train_recipe, training_set, tuned_recipe
+from .recipe import Recipe, Run, fit, train_recipe, training_set, tuned_recipe
+from .recipe import baseline as _baseline
+from .recipe import target as _target
 
 # Recipe field -> the baseline's choice there, and the lesson whose technique it undoes.
 UNDONE = {
@@ -38,13 +40,13 @@ def variants(device=None) -> dict[str, Recipe]:
     tuned = tuned_recipe(device)
     out = {"tuned": tuned}
     for name, (choice, lesson) in UNDONE.items():
-        base_value = getattr(BASELINE, name)
+        base_value = getattr(_baseline(), name)
         if getattr(tuned, name) != base_value and name not in SAME_WORK:
             changes = {name: base_value}
             if name == "one_cycle":
-                changes["lr"] = BASELINE.lr
+                changes["lr"] = _baseline().lr
             out[f"tuned, but {choice} ({lesson})"] = dataclasses.replace(tuned, **changes)
-    out["baseline"] = BASELINE
+    out["baseline"] = _baseline()
     return out
 
 
@@ -96,7 +98,7 @@ def summarise(rows: list[dict]) -> list[dict]:
                 "seconds": statistics.median(secs),
                 "seconds_range": spread,
                 "accuracy": statistics.median(accs) if accs else None,
-                "reached": sum(a >= TARGET for a in accs),
+                "reached": sum(a >= _target() for a in accs),
                 "runs": len(runs),
                 "timed_epochs": runs[0].epochs_timed,
             }
@@ -144,7 +146,7 @@ def plot_ablation(summary: list[dict]):
     ax.invert_yaxis()
     ax.set(
         xlabel="seconds to train (labels: held-out accuracy)",
-        title=f"Ablation: one technique undone at a time (target {TARGET:.0%})",
+        title=f"Ablation: one technique undone at a time (target {_target():.0%})",
     )
     fig.tight_layout()
     return fig

@@ -12,8 +12,8 @@ from torch.utils.data import Dataset
 from ...device import get_device, synchronize
 from ...mode import is_quick
 from .recipe import (
-    BASELINE,
     Run,
+    baseline,
     decode_all,
     device_batches,
     make_model,
@@ -94,9 +94,9 @@ def baseline_loop(dataset: Dataset, device=None) -> dict:
     """The baseline's model, optimizer, loader and loop body (with its `.item()` per step),
     as `cu.diagnose(**parts)` takes them."""
     device = torch.device(device) if device is not None else get_device()
-    model = make_model(BASELINE).to(device)
-    optimizer = make_optimizer(BASELINE, model.parameters(), device)
-    loader = newcomer_loader(dataset, BASELINE.batch_size)
+    model = make_model(baseline()).to(device)
+    optimizer = make_optimizer(baseline(), model.parameters(), device)
+    loader = newcomer_loader(dataset, baseline().batch_size)
 
     def step(batch) -> None:
         x, y = batch[0].to(device), batch[1].to(device)
