@@ -53,7 +53,7 @@ def _grade(args) -> int:
         raise UsageError("--dask and --shard: choose one (a shard may not start a cluster)")
     if args.dask and args.jobs > 1:
         raise UsageError("--jobs is for grading on this machine; with --dask, add workers")
-    from .grading import STATE_FILE, grade
+    from .grading import grade
 
     try:
         summary = grade(
@@ -69,6 +69,8 @@ def _grade(args) -> int:
             allow_mixed_devices=args.allow_mixed_devices,
         )
     except KeyboardInterrupt:
+        from .grading import STATE_FILE
+
         print(
             f"course grade: interrupted; what was graded is kept in {Path(args.out)}/**/{STATE_FILE}: "
             "run the same command again to continue",
