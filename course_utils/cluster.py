@@ -43,6 +43,9 @@ from .grading import (
 from .restore import lesson_for
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+# everything a Nanny sets for its workers (distributed.nanny.pre-spawn-environ, and a fixed
+# hash seed): a learner's kernel has none of it
+NANNY_VARS = (*THREAD_VARS, "MALLOC_TRIM_THRESHOLD_", "PYTHONHASHSEED")
 RESOURCES = ("GPU", "TIMING")  # what a task asks for, in order of preference
 ALLOWED_FAILURES = 2  # for local:N; a remote scheduler keeps its own setting (default 3)
 
@@ -69,9 +72,9 @@ class Target:
 
 
 def learner_thread_env() -> dict[str, str | None]:
-    """The thread settings a learner's kernel would have, for a kernel started on a Dask
-    worker: the values the worker's Nanny itself started with (None: unset), read from its
-    process environment. Empty outside a Nanny-managed worker."""
+    """The thread (and allocator, hash seed) settings a learner's kernel would have, for a
+    kernel started on a Dask worker: the values the worker's Nanny itself started with (None:
+    unset), read from its process environment. Empty outside a Nanny-managed worker."""
     try:
         from distributed import get_worker
 
@@ -89,7 +92,7 @@ def learner_thread_env() -> dict[str, str | None]:
 
         caps = dask.config.get("distributed.nanny.pre-spawn-environ", {})
         return {k: None for k in THREAD_VARS if os.environ.get(k) == str(caps.get(k))}
-    return {k: original.get(k) for k in THREAD_VARS}
+    return {k: original.get(k) for k in NANNY_VARS}
 
 
 def grade_task(
@@ -133,7 +136,7 @@ def _local_cluster(workers: int):
     with dask.config.set(config):
         scheduler = {
             "cls": Scheduler,
-            "options": {"host": "127.0.0.1", "port": 0, "dashboard_address": None},
+            "options": {"host": "127.0.0.1", "port": 0, "dashboard_address": ":0"},
         }
         return SpecCluster(workers=spec, scheduler=scheduler, silence_logs=40)
 

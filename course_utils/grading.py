@@ -297,28 +297,6 @@ def grade_submission(
     )
 
 
-def grade_one(
-    sub: Submission,
-    solutions: dict,
-    out: Path,
-    *,
-    cell_timeout: float,
-    notebook_timeout: float,
-    quick: bool,
-    gpu: int | None = None,
-    checks_only: bool = False,
-) -> tuple[list[Row], dict]:
-    """Grade one submission on this machine, writing its executed notebook under `out`."""
-    try:
-        data = sub.path.read_bytes()
-    except OSError as exc:
-        return [Row.error(sub.name, f"not a readable notebook ({type(exc).__name__})")], {}
-    run = RunSettings(cell_timeout, notebook_timeout, quick, checks_only)
-    graded = grade_submission(sub.name, sub.path.name, data, solutions, run, gpu=gpu)
-    Outbox.write_executed(out, sub, graded)
-    return graded.rows, graded.notes
-
-
 class Outbox:
     """The one writer of an output folder: feedback, executed notebooks, the state file
     (written after every submission, so an interrupted run continues) and the CSVs."""

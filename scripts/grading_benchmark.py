@@ -72,11 +72,11 @@ def main(argv: list[str] | None = None) -> int:
         checks_total = sum(r[2] for r in rows)
         print(f"{'all of the above':32s} {full_total:8.1f} {checks_total:14.1f}")
 
-        [class_nb] = [
+        class_nb = next(
             p
-            for p in notebooks + sorted((ROOT / "solutions").glob("*.ipynb"))
+            for p in sorted((ROOT / "solutions").glob("*.ipynb"))
             if p.name.startswith(args.class_notebook)
-        ][:1]
+        )
         subs = tmp / "class"
         subs.mkdir()
         for i in range(args.class_size):

@@ -111,7 +111,8 @@ def make_course(root: Path) -> tuple[Path, Path]:
             code(
                 "import os\n\nimport torch\n\n"
                 f"print({THREADS_LINE!r}, "
-                "[os.environ.get(k) for k in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS', 'OPENBLAS_NUM_THREADS')], "
+                "[os.environ.get(k) for k in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS', "
+                "'OPENBLAS_NUM_THREADS', 'MALLOC_TRIM_THRESHOLD_', 'PYTHONHASHSEED')], "
                 "torch.get_num_threads())"
             )
         )

@@ -100,6 +100,7 @@ def test_dask_kernel_gets_the_thread_settings_a_learner_kernel_has(
     _, client = dask_cluster
     capped = client.run(os.getenv, "OMP_NUM_THREADS")
     assert set(capped.values()) == {"1"}  # the Nanny did cap its workers...
+    assert set(client.run(os.getenv, "PYTHONHASHSEED").values()) == {"6640"}
     name = f"solved_threads_{TOY}"
     serial = threads_line(toy_graded["root"] / "out", name)
     assert threads_line(dask_graded["out"], name) == serial  # ...and the kernel is not capped
