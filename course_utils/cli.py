@@ -1,7 +1,8 @@
 """`course` command: parse arguments, call one library function, map errors to exit codes.
 
-Exit codes: 0 done (whatever learners scored), 1 `assign --check` found differences or a
-`report` check or `selftest` item did not pass,
+Exit codes: 0 done (whatever learners scored), 1 `assign --check` found differences, a
+`report` check or `selftest` item did not pass, or `grade merge` lacks a shard's results;
+130 interrupted,
 2 usage error (bad path, nothing to grade), 3 a malformed solution notebook.
 """
 
@@ -47,18 +48,49 @@ def _assign(args) -> int:
 
 
 def _grade(args) -> int:
+    if args.paths[0] == "merge" and not Path("merge").exists():
+        return _merge(args)
+    if args.dask and args.shard:
+        raise UsageError("--dask and --shard: choose one (a shard may not start a cluster)")
+    if args.dask and args.jobs > 1:
+        raise UsageError("--jobs is for grading on this machine; with --dask, add workers")
     from .grading import grade
 
-    summary = grade(
-        [Path(p) for p in args.paths],
-        out=Path(args.out),
-        solutions=Path(args.solutions),
-        cell_timeout=args.timeout,
-        quick=args.quick,
-        jobs=args.jobs,
-    )
+    try:
+        summary = grade(
+            [Path(p) for p in args.paths],
+            out=Path(args.out),
+            solutions=Path(args.solutions),
+            cell_timeout=args.timeout,
+            quick=args.quick,
+            jobs=args.jobs,
+            checks_only=args.checks_only,
+            dask=args.dask,
+            shard=args.shard,
+            allow_mixed_devices=args.allow_mixed_devices,
+        )
+    except KeyboardInterrupt:
+        from .grading import STATE_FILE
+
+        print(
+            f"course grade: interrupted; what was graded is kept in {Path(args.out)}/**/{STATE_FILE}: "
+            "run the same command again to continue",
+            file=sys.stderr,
+        )
+        return 130
     print(summary)
     return 0
+
+
+def _merge(args) -> int:
+    """`course grade merge OUT`: the shards under OUT into OUT/grades.csv; 1 if any lacks."""
+    from .shards import merge
+
+    if len(args.paths) != 2:
+        raise UsageError("usage: course grade merge OUT (the --out folder the shards wrote to)")
+    result = merge(Path(args.paths[1]), allow_mixed_devices=args.allow_mixed_devices)
+    print(result, file=sys.stdout if result.ok else sys.stderr)
+    return 0 if result.ok else 1
 
 
 def _report(args) -> int:
@@ -128,8 +160,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--notebooks", default="notebooks")
     p.set_defaults(run=_assign)
 
-    p = sub.add_parser("grade", help="grade submitted notebooks (files or folders)")
-    p.add_argument("paths", nargs="+", help="submitted notebooks, or folders of them")
+    p = sub.add_parser(
+        "grade",
+        help="grade submitted notebooks (files or folders); `course grade merge OUT` joins shards",
+    )
+    p.add_argument(
+        "paths", nargs="+", help="submitted notebooks, or folders of them; or: merge OUT"
+    )
     p.add_argument("--out", default="grades", help="where grades.csv, summary.csv, feedback/ go")
     p.add_argument("--timeout", type=float, default=600, help="seconds per cell (default 600)")
     p.add_argument("--quick", action="store_true", help="run with quick=True (small workloads)")
@@ -138,6 +175,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--solutions", default="solutions", help="where the locked check cells come from"
+    )
+    p.add_argument(
+        "--checks-only",
+        action="store_true",
+        help="skip the demo cells no check depends on (tagged `demo`); same verdicts, less time",
+    )
+    p.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        help="grade on a Dask cluster: tcp://HOST:8786, or local:N for N workers here",
+    )
+    p.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="grade only shard I of N (0-based) into OUT/shards/I; then `course grade merge OUT`",
+    )
+    p.add_argument(
+        "--allow-mixed-devices",
+        action="store_true",
+        help="accept workers or shards of different device classes",
     )
     p.set_defaults(run=_grade)
 

@@ -24,6 +24,7 @@ import nbformat
 from tqdm.auto import tqdm
 
 from .authoring import check_cells, read
+from .demos import skip_demos
 from .errors import UsageError
 from .feedback import feedback, write_csvs
 from .isolated import execute_isolated
@@ -53,6 +54,11 @@ class Row:
     @classmethod
     def columns(cls) -> list[str]:
         return list(GRADE_COLUMNS)
+
+    @classmethod
+    def error(cls, submission: str, reason: str, notebook: str = "") -> Row:
+        """The one row of a submission that could not be graded at all."""
+        return cls(submission, notebook, "", ERROR, 0.0, 0.0, None, None, "", reason)
 
 
 @dataclass
@@ -158,24 +164,62 @@ def _fingerprint(data: bytes, settings: str) -> str:
 HARNESS = Path(__file__).parent
 
 
-def grading_settings(
-    sol_paths: list[Path], cell_timeout: float, quick: bool, *, harness: Path = HARNESS
-) -> str:
-    """Everything besides the submission that decides its grades: the solution notebooks
-    (locked checks), the harness's own code (check bodies, thresholds), the device class and
-    torch version, and the run settings. A change to any of them invalidates reused grades."""
+@dataclass(frozen=True)
+class RunSettings:
+    """How each notebook is run: part of every reuse fingerprint."""
+
+    cell_timeout: float
+    notebook_timeout: float
+    quick: bool
+    checks_only: bool = False
+
+    def tag(self) -> str:
+        # notebook_timeout is left out (as before): it ends hangs, it does not change grades
+        return f"{self.cell_timeout}|{self.quick}" + ("|checks-only" if self.checks_only else "")
+
+
+def solutions_digest(sol_paths: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in sol_paths:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def machine_settings(harness: Path = HARNESS) -> str:
+    """What the grading machine contributes to a fingerprint: the harness's own code (check
+    bodies, thresholds), the device class and the torch version. Computed where the notebook
+    runs (a Dask worker, a shard's node), never assumed from the client."""
     import torch  # only when grading: `course --help` and `course assign` start without it
 
     from . import device
 
     digest = hashlib.sha256()
-    for path in sol_paths:
-        digest.update(path.read_bytes())
     for path in sorted(harness.rglob("*.py")):
         digest.update(path.relative_to(harness).as_posix().encode() + path.read_bytes())
-    return (
-        f"{digest.hexdigest()}|{device.device_class()}|{torch.__version__}|{cell_timeout}|{quick}"
-    )
+    return f"{digest.hexdigest()}|{device.device_class()}|{torch.__version__}"
+
+
+def device_class_of(machine: str) -> str:
+    return machine.split("|")[1]
+
+
+def settings_string(sol_digest: str, machine: str, run_tag: str) -> str:
+    return f"{sol_digest}|{machine}|{run_tag}"
+
+
+def grading_settings(
+    sol_paths: list[Path],
+    cell_timeout: float,
+    quick: bool,
+    *,
+    harness: Path = HARNESS,
+    checks_only: bool = False,
+) -> str:
+    """Everything besides the submission that decides its grades: the solution notebooks
+    (locked checks), the harness's own code, the device class and torch version, and the run
+    settings. A change to any of them invalidates reused grades."""
+    run = RunSettings(cell_timeout, 0, quick, checks_only)
+    return settings_string(solutions_digest(sol_paths), machine_settings(harness), run.tag())
 
 
 def _gpu_count() -> int:
@@ -184,60 +228,128 @@ def _gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def grade_one(
-    sub: Submission,
+@dataclass
+class Graded:
+    """What grading one submission gives back; nothing is written until the caller (the
+    only writer: the serial loop, or the Dask client) records it."""
+
+    rows: list[Row]
+    notes: dict[str, str] = field(default_factory=dict)
+    executed: nbformat.NotebookNode | None = None
+    seconds: float = 0.0
+    key: str = ""  # the reuse fingerprint, computed where it was graded
+    device_class: str = ""  # of the machine that graded it
+    skipped_demos: int = 0
+
+
+def grade_submission(
+    name: str,
+    filename: str,
+    data: bytes,
     solutions: dict,
-    out: Path,
+    run: RunSettings,
     *,
-    cell_timeout: float,
-    notebook_timeout: float,
-    quick: bool,
     gpu: int | None = None,
-) -> tuple[list[Row], dict]:
-    """Grade one submission; returns its rows and the notes for its feedback."""
-
-    def rows_of(lesson: str, results: list[dict]) -> list[Row]:
-        return [Row(sub.name, lesson, **r) for r in results]
-
+    env: dict[str, str | None] | None = None,
+) -> Graded:
+    """Grade one submission from its bytes (no path needed: a Dask worker has none) in a
+    temporary folder; return its rows, notes and executed notebook."""
+    t0 = time.perf_counter()
     try:
-        data = sub.path.read_bytes()
         nb = nbformat.reads(data.decode("utf-8"), as_version=4)
         if not hasattr(nb, "cells"):
             raise ValueError("no cells")
     except Exception as exc:
-        reason = f"not a readable notebook ({type(exc).__name__}: {str(exc).strip().splitlines()[0][:150] if str(exc).strip() else ''})"
-        return [Row(sub.name, "", "", ERROR, 0.0, 0.0, None, None, "", reason)], {}
-    lesson = lesson_for(nb, sub.path.name, solutions)
+        text = str(exc).strip()
+        reason = f"not a readable notebook ({type(exc).__name__}: {text.splitlines()[0][:150] if text else ''})"
+        return Graded([Row.error(name, reason)], seconds=time.perf_counter() - t0)
+    lesson = lesson_for(nb, filename, solutions)
     if lesson is None:
-        return [
-            Row(
-                sub.name,
-                "",
-                "",
-                ERROR,
-                0.0,
-                0.0,
-                None,
-                None,
-                "",
-                "not a notebook of this course: no lesson matches its metadata, name or check cells",
-            )
-        ], {}
+        reason = (
+            "not a notebook of this course: no lesson matches its metadata, name or check cells"
+        )
+        return Graded([Row.error(name, reason)], seconds=time.perf_counter() - t0)
     prepared, notes = restore_checks(nb, solutions[lesson], lesson)
+    skipped = 0
+    if run.checks_only:
+        prepared, skipped = skip_demos(prepared, solutions[lesson])
     with tempfile.TemporaryDirectory(prefix="course-grade-") as tmp:
         executed, status = execute_isolated(
             prepared,
             Path(tmp),
-            cell_timeout=cell_timeout,
-            notebook_timeout=notebook_timeout,
-            quick=quick,
+            cell_timeout=run.cell_timeout,
+            notebook_timeout=run.notebook_timeout,
+            quick=run.quick,
             gpu=gpu,
+            env=env,
         )
-        if executed is not None:
+    results = read_results(
+        executed or prepared, solutions[lesson], lesson, status, run.cell_timeout
+    )
+    from . import device
+
+    here = device.device_class()
+    rows = [Row(name, lesson, **r) for r in results]
+    for row in rows:  # a check that never reported (missing, timeout) still ran on this device
+        row.device_class = row.device_class or here
+    return Graded(
+        rows, notes, executed, time.perf_counter() - t0, device_class=here, skipped_demos=skipped
+    )
+
+
+class Outbox:
+    """The one writer of an output folder: feedback, executed notebooks, the state file
+    (written after every submission, so an interrupted run continues) and the CSVs."""
+
+    def __init__(self, out: Path):
+        self.out = out
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "feedback").mkdir(exist_ok=True)
+        self.state_path = out / STATE_FILE
+        self.state = json.loads(self.state_path.read_text()) if self.state_path.exists() else {}
+        self.results: dict[str, tuple[list[Row], bool]] = {}
+
+    def reusable(self, sub: Submission, keys: set[str]) -> list[Row] | None:
+        previous = self.state.get(sub.name)
+        if (
+            previous
+            and previous["fingerprint"] in keys
+            and (self.out / "feedback" / f"{sub.slug}.md").exists()
+        ):
+            return [Row(**r) for r in previous["rows"]]
+        return None
+
+    def reuse(self, sub: Submission, rows: list[Row]) -> None:
+        self.results[sub.name] = (rows, True)
+
+    @staticmethod
+    def write_executed(out: Path, sub: Submission, graded: Graded) -> None:
+        if graded.executed is not None:
             (out / "executed").mkdir(parents=True, exist_ok=True)
-            nbformat.write(executed, str(out / "executed" / f"{sub.slug}.ipynb"))
-    results = read_results(executed or prepared, solutions[lesson], lesson, status, cell_timeout)
-    return rows_of(lesson, results), notes
+            nbformat.write(graded.executed, str(out / "executed" / f"{sub.slug}.ipynb"))
+
+    def record(self, sub: Submission, graded: Graded) -> None:
+        self.write_executed(self.out, sub, graded)
+        (self.out / "feedback" / f"{sub.slug}.md").write_text(
+            feedback(sub, graded.rows, graded.notes), encoding="utf-8"
+        )
+        self.state[sub.name] = {
+            "fingerprint": graded.key,
+            "rows": [asdict(r) for r in graded.rows],
+            "seconds": graded.seconds,
+            "device_class": graded.device_class,
+        }
+        self.state_path.write_text(json.dumps(self.state, indent=1))
+        self.results[sub.name] = (graded.rows, False)
+
+    def finish(self, subs: list[Submission]) -> GradeSummary:
+        write_csvs(self.out, [self.results[s.name][0] for s in subs])
+        counts: dict[str, int] = {}
+        for rows, _ in self.results.values():
+            for r in rows:
+                counts[r.status] = counts.get(r.status, 0) + 1
+        reused = sum(reused for _, reused in self.results.values())
+        return GradeSummary(self.out, len(subs), reused, counts)
 
 
 @dataclass
@@ -255,6 +367,13 @@ class GradeSummary:
         )
 
 
+def read_data(sub: Submission) -> bytes:
+    try:
+        return sub.path.read_bytes()
+    except OSError:
+        return b""
+
+
 def grade(
     paths: list[Path],
     out: Path = Path("grades"),
@@ -264,8 +383,13 @@ def grade(
     notebook_timeout: float | None = None,
     quick: bool = False,
     jobs: int = 1,
+    checks_only: bool = False,
+    dask: str | None = None,
+    shard: str | None = None,
+    allow_mixed_devices: bool = False,
 ) -> GradeSummary:
-    """Grade every submission under `paths`; see the module docstring."""
+    """Grade every submission under `paths` (see the module docstring): on this machine, on a
+    Dask cluster (`dask`: an address or local:N), or only one shard's part (`shard`: I/N)."""
     subs = find_submissions(paths)
     sol_paths = sorted(Path(solutions).glob("*.ipynb"))
     if not sol_paths:
@@ -273,73 +397,65 @@ def grade(
             f"no solution notebooks in {solutions}: the locked check cells come from there"
         )
     sols = {p.stem: read(p) for p in sol_paths}
-    settings = grading_settings(sol_paths, cell_timeout, quick)
-    notebook_timeout = notebook_timeout or max(3600.0, 4 * cell_timeout)
+    run = RunSettings(
+        cell_timeout, notebook_timeout or max(3600.0, 4 * cell_timeout), quick, checks_only
+    )
+    if shard is not None:
+        from .shards import start_shard
+
+        subs, out = start_shard(subs, out, shard, solutions_digest(sol_paths), run)
+    if dask is not None:
+        from .cluster import grade_on_dask
+
+        return grade_on_dask(
+            subs,
+            sols,
+            solutions_digest(sol_paths),
+            run,
+            Outbox(out),
+            dask,
+            allow_mixed_devices=allow_mixed_devices,
+        )
+    settings = grading_settings(sol_paths, cell_timeout, quick, checks_only=checks_only)
     gpus = _gpu_count() if jobs > 1 else 0
     if jobs > 1:
         print(
             f"Grading {jobs} submissions at a time: timing checks get noisy; use --jobs 1 for final grades.",
             file=sys.stderr,
         )
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "feedback").mkdir(exist_ok=True)
-    state_path = out / STATE_FILE
-    state = json.loads(state_path.read_text()) if state_path.exists() else {}
+    outbox = Outbox(out)
     slots: queue.Queue[int] = queue.Queue()
     for slot in range(max(1, jobs)):
         slots.put(slot)
 
-    def work(sub: Submission) -> tuple[Submission, list[Row], dict | None]:
-        """Grade one submission in a worker thread; returns its new state entry (None when
-        reused). Only the main thread touches `state`."""
-        try:
-            data = sub.path.read_bytes()
-        except OSError:
-            data = b""
+    def work(sub: Submission) -> tuple[Submission, Graded | list[Row]]:
+        """Grade one submission in a worker thread, or return its reused rows. Only the main
+        thread touches the outbox (a dict mutated while json.dumps iterates it fails)."""
+        data = read_data(sub)
         key = _fingerprint(data, settings)
-        previous = state.get(sub.name)
-        if (
-            previous
-            and previous["fingerprint"] == key
-            and (out / "feedback" / f"{sub.slug}.md").exists()
-        ):
-            return sub, [Row(**r) for r in previous["rows"]], None
-        t0 = time.perf_counter()
+        reused = outbox.reusable(sub, {key})
+        if reused is not None:
+            return sub, reused
         slot = slots.get()
         try:
-            rows, notes = grade_one(
-                sub,
-                sols,
-                out,
-                cell_timeout=cell_timeout,
-                notebook_timeout=notebook_timeout,
-                quick=quick,
-                gpu=slot % gpus if gpus > 1 else None,
+            graded = grade_submission(
+                sub.name, sub.path.name, data, sols, run, gpu=slot % gpus if gpus > 1 else None
             )
         finally:
             slots.put(slot)
-        (out / "feedback" / f"{sub.slug}.md").write_text(
-            feedback(sub, rows, notes), encoding="utf-8"
-        )
-        entry = {
-            "fingerprint": key,
-            "rows": [asdict(r) for r in rows],
-            "seconds": time.perf_counter() - t0,
-        }
-        return sub, rows, entry
+        graded.key = key
+        return sub, graded
 
-    results: dict[str, tuple[list[Row], bool]] = {}
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for sub, rows, entry in tqdm(
-            pool.map(work, subs), total=len(subs), desc="grading", unit="notebook"
-        ):
-            results[sub.name] = (rows, entry is None)
-            if entry is not None:
-                state[sub.name] = entry
-                state_path.write_text(json.dumps(state, indent=1))
-    write_csvs(out, [results[s.name][0] for s in subs])
-    counts: dict[str, int] = {}
-    for rows, _ in results.values():
-        for r in rows:
-            counts[r.status] = counts.get(r.status, 0) + 1
-    return GradeSummary(out, len(subs), sum(reused for _, reused in results.values()), counts)
+        try:
+            for sub, result in tqdm(
+                pool.map(work, subs), total=len(subs), desc="grading", unit="notebook"
+            ):
+                if isinstance(result, Graded):
+                    outbox.record(sub, result)
+                else:
+                    outbox.reuse(sub, result)
+        except BaseException:  # Ctrl-C: start nothing more; the state file has what was done
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+    return outbox.finish(subs)

@@ -30,7 +30,9 @@ def _kill_tree(proc: subprocess.Popen) -> None:
         pass
 
 
-def kernel_env(*, quick: bool, gpu: int | None = None) -> dict[str, str]:
+def kernel_env(
+    *, quick: bool, gpu: int | None = None, overrides: dict[str, str | None] | None = None
+) -> dict[str, str]:
     """The environment a grading kernel starts with.
 
     Figures: the kernel's inline backend turns each figure into an image output (which the
@@ -38,6 +40,7 @@ def kernel_env(*, quick: bool, gpu: int | None = None) -> dict[str, str]:
     Threads: torch's OpenMP threads wait passively, so a kernel beside other jobs is not
     slowed by its own spinning threads (see course_utils/__init__.py for the measurement).
     GPU: with --jobs N, each job sees one GPU of its own (None: all GPUs, as inherited).
+    Overrides: values to put back (None: unset), e.g. the thread settings a Dask Nanny capped.
     """
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE"}
     env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
@@ -47,6 +50,11 @@ def kernel_env(*, quick: bool, gpu: int | None = None) -> dict[str, str]:
         env["COURSE_QUICK"] = "0"  # full, as asked: never left to the auto mode
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    for key, value in (overrides or {}).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
     return env
 
 
@@ -58,11 +66,12 @@ def execute_isolated(
     notebook_timeout: float,
     quick: bool,
     gpu: int | None = None,
+    env: dict[str, str | None] | None = None,
 ) -> tuple[nbformat.NotebookNode | None, dict]:
-    """Run `nb` in a child process inside `workdir`; return the executed notebook and status."""
+    """Run `nb` in a child process inside `workdir`; return the executed notebook and status.
+    The child dies with this process (see course_utils.execute), and its kernel with it."""
     src, out = workdir / "submission.ipynb", workdir / "executed.ipynb"
     nbformat.write(nb, str(src))
-    env = kernel_env(quick=quick, gpu=gpu)
     cmd = [
         sys.executable,
         "-m",
@@ -71,11 +80,18 @@ def execute_isolated(
         str(out),
         "--cell-timeout",
         str(cell_timeout),
+        "--parent-pid",
+        str(os.getpid()),
     ]
     if quick:
         cmd.append("--quick")
     proc = subprocess.Popen(
-        cmd, cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        cmd,
+        cwd=workdir,
+        env=kernel_env(quick=quick, gpu=gpu, overrides=env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         _, stderr = proc.communicate(timeout=notebook_timeout)

@@ -41,3 +41,34 @@ def one_thread():
     """
     torch.set_num_threads(1)
     return 1
+
+
+@pytest.fixture(scope="session")
+def toy_graded(tmp_path_factory):
+    """The toy lesson's scenario submissions (tests/grading_fixtures.py) graded once on this
+    machine, two at a time, shared by test_grading, test_cluster and test_shards. `files`
+    holds the bytes written, taken before any test grades into the same folder again."""
+    import csv
+    import hashlib
+
+    from grading_fixtures import CELL_TIMEOUT, make_course, snapshot
+
+    from course_utils.grading import grade
+
+    root = tmp_path_factory.mktemp("course")
+    solutions, subs = make_course(root)
+    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in subs.iterdir()}
+    summary = grade(
+        [subs], out=root / "out", solutions=solutions, cell_timeout=CELL_TIMEOUT, jobs=2
+    )
+    with open(root / "out" / "grades.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    return {
+        "root": root,
+        "subs": subs,
+        "solutions": solutions,
+        "summary": summary,
+        "rows": rows,
+        "before": before,
+        "files": snapshot(root / "out"),
+    }

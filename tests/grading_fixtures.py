@@ -22,6 +22,8 @@ from course_utils.authoring import (
 )
 
 TOY = "toy_lesson.ipynb"
+CELL_TIMEOUT = 40  # room for torch's import on a loaded 2-core machine; keeps the hang short
+THREADS_LINE = "threads seen by the kernel:"
 
 CHECKS = """
 from course_utils.checks import check, correct
@@ -104,7 +106,19 @@ def make_course(root: Path) -> tuple[Path, Path]:
         )
         _cell(nb, "def double").source = "def double(x):\n    return x + x"
 
+    def report_threads(nb):
+        nb.cells.append(
+            code(
+                "import os\n\nimport torch\n\n"
+                f"print({THREADS_LINE!r}, "
+                "[os.environ.get(k) for k in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS', "
+                "'OPENBLAS_NUM_THREADS', 'MALLOC_TRIM_THRESHOLD_', 'PYTHONHASHSEED')], "
+                "torch.get_num_threads())"
+            )
+        )
+
     variant("solved")
+    variant("solved_threads", report_threads)
     variant("untouched")
     variant("solved_wrong_square", wrong_square)
     variant("solved_raise_early", raise_early)
@@ -118,3 +132,16 @@ def make_course(root: Path) -> tuple[Path, Path]:
 
 def save(nb, path: Path) -> None:
     path.write_text(nbformat.writes(nb), encoding="utf-8")
+
+
+def snapshot(out: Path) -> dict[str, bytes]:
+    """What a grading run wrote for people (grades.csv, summary.csv, feedback), as bytes."""
+    files = [out / "grades.csv", out / "summary.csv", *sorted((out / "feedback").glob("*.md"))]
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in files}
+
+
+def threads_line(out: Path, submission: str) -> str:
+    """The line the threads scenario printed in its executed notebook."""
+    nb = nbformat.read(str(out / "executed" / f"{submission.removesuffix('.ipynb')}.ipynb"), 4)
+    text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+    return next(line for line in text.splitlines() if line.startswith(THREADS_LINE))

@@ -150,6 +150,10 @@ def test_grade_passes_paths_and_options_to_the_grading_library(fake_library, cap
         "cell_timeout": 30.0,
         "quick": True,
         "jobs": 2,
+        "checks_only": False,
+        "dask": None,
+        "shard": None,
+        "allow_mixed_devices": False,
     }
     assert "graded" in capsys.readouterr().out
 
@@ -163,7 +167,32 @@ def test_grade_defaults(fake_library):
         "cell_timeout": 600.0,
         "quick": False,
         "jobs": 1,
+        "checks_only": False,
+        "dask": None,
+        "shard": None,
+        "allow_mixed_devices": False,
     }
+
+
+def test_grade_passes_the_class_options(fake_library):
+    argv = ["grade", "subs", "--dask", "local:2", "--checks-only", "--allow-mixed-devices"]
+    assert main(argv) == 0
+    got = fake_library["grade"]
+    assert (got["dask"], got["checks_only"], got["allow_mixed_devices"]) == ("local:2", True, True)
+    assert main(["grade", "subs", "--shard", "1/3"]) == 0
+    assert fake_library["grade"]["shard"] == "1/3"
+
+
+def test_grade_refuses_dask_with_shard_or_jobs(fake_library, capsys):
+    assert main(["grade", "subs", "--dask", "local:2", "--shard", "0/2"]) == 2
+    assert main(["grade", "subs", "--dask", "local:2", "--jobs", "2"]) == 2
+    assert "grade" not in fake_library
+    assert "choose one" in capsys.readouterr().err
+
+
+def test_grade_merge_needs_exactly_its_folder(capsys):
+    assert main(["grade", "merge", "a", "b"]) == 2
+    assert "usage: course grade merge OUT" in capsys.readouterr().err
 
 
 def test_grade_needs_at_least_one_path(capsys):

@@ -23,21 +23,9 @@ pytestmark = pytest.mark.timeout(900)
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    root = tmp_path_factory.mktemp("course")
-    solutions, subs = make_course(root)
-    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in subs.iterdir()}
-    summary = grade([subs], out=root / "out", solutions=solutions, cell_timeout=40, jobs=2)
-    with open(root / "out" / "grades.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    return {
-        "root": root,
-        "subs": subs,
-        "solutions": solutions,
-        "summary": summary,
-        "rows": rows,
-        "before": before,
-    }
+def graded(toy_graded):
+    """Every scenario graded once per session (conftest.toy_graded)."""
+    return toy_graded
 
 
 def status(graded, submission: str, check: str) -> dict:
@@ -203,12 +191,12 @@ def test_parallel_grading_touches_its_state_only_from_the_main_thread(tmp_path, 
 
     seen_gpus, dumped_from = [], set()
 
-    def fake_grade_one(sub, sols, out, **kw):
+    def fake_grade_submission(name, filename, data, sols, run, **kw):
         seen_gpus.append(kw["gpu"])
         _time.sleep(0.05)
-        return [
-            grading.Row(sub.name, "toy", "toy-double", "passed", 1, 1, None, None, "cpu", "")
-        ], {}
+        return grading.Graded(
+            [grading.Row(name, "toy", "toy-double", "passed", 1, 1, None, None, "cpu", "")]
+        )
 
     real_dumps = grading.json.dumps
 
@@ -216,10 +204,35 @@ def test_parallel_grading_touches_its_state_only_from_the_main_thread(tmp_path, 
         dumped_from.add(threading.current_thread() is threading.main_thread())
         return real_dumps(obj, **kw)
 
-    monkeypatch.setattr(grading, "grade_one", fake_grade_one)
+    monkeypatch.setattr(grading, "grade_submission", fake_grade_submission)
     monkeypatch.setattr(grading, "_gpu_count", lambda: 2)
     monkeypatch.setattr(grading.json, "dumps", dumps)
     solutions, subs = make_course(tmp_path)
     grade([subs], out=tmp_path / "out", solutions=solutions, jobs=3)
     assert dumped_from == {True}
     assert set(seen_gpus) <= {0, 1} and len(seen_gpus) == len(list(subs.iterdir()))
+
+
+def test_an_interrupted_run_continues_from_its_state_file(tmp_path, monkeypatch):
+    """Ctrl-C mid-run: what was graded is in the state file, and a rerun grades only the rest."""
+    from course_utils import grading
+
+    calls = []
+
+    def fake_grade_submission(name, filename, data, sols, run, **kw):
+        calls.append(name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return grading.Graded(
+            [grading.Row(name, "toy", "toy-double", "passed", 1, 1, None, None, "cpu", "")]
+        )
+
+    monkeypatch.setattr(grading, "grade_submission", fake_grade_submission)
+    monkeypatch.setattr(grading, "grading_settings", lambda *a, **k: "fixed")
+    solutions, subs = make_course(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        grade([subs], out=tmp_path / "out", solutions=solutions)
+    state = json.loads((tmp_path / "out" / grading.STATE_FILE).read_text())
+    assert list(state) == calls[:1]
+    summary = grade([subs], out=tmp_path / "out", solutions=solutions)
+    assert summary.reused == 1 and summary.submissions == len(list(subs.iterdir()))
