@@ -5,7 +5,7 @@ The zip follows gradescope/autograder_samples (docs/specs.md): `setup.sh` and
 `run_autograder` at its root; Gradescope unpacks it to /autograder/source, puts the upload in
 /autograder/submission and reads /autograder/results/results.json. The zip ships the course
 itself (course/, the version that made it) and the lesson's solution notebook, whose locked
-check cells are restored into the upload by `grade_one`, as `course grade` restores them.
+check cells are restored into the upload by `grade_submission`, as `course grade` restores them.
 
 Gradescope must never see "autograder failed": a results.json with a score and the reason is
 written before grading starts (in case the run is stopped), after it (whatever happened to
@@ -23,7 +23,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 import zipfile
 from dataclasses import asdict, dataclass
@@ -32,7 +31,7 @@ from pathlib import Path
 from .authoring import check_cells, read
 from .errors import UsageError
 from .feedback import explain
-from .grading import HARNESS, Row, Submission, grade_one
+from .grading import HARNESS, Row, RunSettings, Submission, grade_submission
 from .mode import UNTIMED_PLATFORMS
 from .protocol import NOT_APPLICABLE, PASSED
 
@@ -373,7 +372,8 @@ def _upload_problem(folder: Path, uploads: list[Path], lesson: str) -> str:
 
 
 def grade_upload(root: Path, config: AutograderConfig, checks: dict[str, float], started: float):
-    """Find the one uploaded notebook and grade it with `grade_one`, as `course grade` does."""
+    """Find the one uploaded notebook and grade it with `grade_submission`, as `course grade`
+    does."""
     folder = root / "submission"
     uploads = find_uploads(folder)
     if len(uploads) != 1:
@@ -381,15 +381,12 @@ def grade_upload(root: Path, config: AutograderConfig, checks: dict[str, float],
         return _results(config, _unrun(checks, why), f"**Not graded**: {why}.", started)
     sub = Submission(uploads[0], uploads[0].relative_to(folder).as_posix())
     solution = read(root / "source" / "solutions" / f"{config.lesson}.ipynb")
-    with _grading_env(config), tempfile.TemporaryDirectory(prefix="gradescope-") as tmp:
-        rows, notes = grade_one(
-            sub,
-            {config.lesson: solution},
-            Path(tmp),
-            cell_timeout=config.cell_timeout,
-            notebook_timeout=config.notebook_timeout,
-            quick=config.quick,
+    run = RunSettings(config.cell_timeout, config.notebook_timeout, config.quick)
+    with _grading_env(config):
+        graded = grade_submission(
+            sub.name, sub.path.name, sub.path.read_bytes(), {config.lesson: solution}, run
         )
+    rows, notes = graded.rows, graded.notes
     if len(rows) == 1 and not rows[0].check:  # unreadable, or not this lesson's notebook
         why = f"{rows[0].message} (this assignment grades `{config.lesson}.ipynb`)"
         return _results(config, _unrun(checks, why), f"**Not graded**: {why}.", started)

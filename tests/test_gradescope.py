@@ -351,7 +351,7 @@ def test_results_exist_before_grading_and_survive_a_grader_failure(root, monkeyp
         seen.update(results_of(ag))  # what Gradescope would read if the run stopped here
         raise MemoryError("no room")
 
-    monkeypatch.setattr(gradescope, "grade_one", broken)
+    monkeypatch.setattr(gradescope, "grade_submission", broken)
     results = gradescope.run(ag)
     assert "stopped before it finished" in seen["output"] and seen["score"] == 0
     assert "the grader failed (MemoryError: no room)" in results["output"]
