@@ -423,8 +423,8 @@ TRANSFER = [
     pytest.param(
         tx_labels_blocking_as_tensor,
         "failed",
-        r"label|non_blocking",
-        (r"pin",),
+        r"blocking: the labels",
+        (r"pin_memory\(\) call",),
         id="wrong-labels-blocking-as-tensor",
     ),
     pytest.param(
