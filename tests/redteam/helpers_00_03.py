@@ -62,7 +62,10 @@ def in_ci(params: list, keep: set[str]) -> list:
     """The cases CI runs for a check whose every call costs seconds (timing, training): those in
     `keep`; the others run with COURSE_REDTEAM=all (their results are in README.md)."""
     skip = pytest.mark.skipif(not FULL, reason="slow red-team case: COURSE_REDTEAM=all runs it")
-    return [p if p.id in keep else pytest.param(*p.values, marks=skip, id=p.id) for p in params]
+    return [
+        p if p.id in keep else pytest.param(*p.values, marks=[*p.marks, skip], id=p.id)
+        for p in params
+    ]
 
 
 def open_holes(params: list, holes: dict[str, str]) -> list:
