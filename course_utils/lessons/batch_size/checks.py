@@ -94,10 +94,15 @@ def _why_throughput(got: dict, make, sizes: list[int]):
 
 # --- exercise 2: the largest batch that fits -----------------------------------------------------
 
+
 # name: (capacity, parameters+gradients, activations per sample, momentum, error raised, bug)
-_OOM = torch.cuda.OutOfMemoryError
+def _OOM(message: str) -> torch.cuda.OutOfMemoryError:  # noqa: N802
+    """An OutOfMemoryError worded as CUDA words it, so a probe that reads the words works."""
+    return torch.cuda.OutOfMemoryError(f"CUDA out of memory. {message}")
+
+
 MEMORY_CASES = {
-    "CUDA out of memory": (1000, 100, 10, 100, lambda m: _OOM(f"CUDA out of memory. {m}"), None),
+    "CUDA out of memory": (1000, 100, 10, 100, _OOM, None),
     "cuBLAS allocation failure": (
         600,
         50,
@@ -108,9 +113,9 @@ MEMORY_CASES = {
         ),
         None,
     ),
-    "the previous try still in memory": (1100, 400, 1, 400, lambda m: _OOM(m), None),
-    "nothing fits": (300, 200, 5, 200, lambda m: _OOM(m), None),
-    "a bug, not memory": (100_000, 10, 1, 10, lambda m: _OOM(m), 64),
+    "the previous try still in memory": (1100, 400, 1, 400, _OOM, None),
+    "nothing fits": (300, 200, 5, 200, _OOM, None),
+    "a bug, not memory": (100_000, 10, 1, 10, _OOM, 64),
 }
 MEMORY_CANDIDATES = {
     "CUDA out of memory": [25, 50, 75, 82, 88, 100],
@@ -164,8 +169,12 @@ def _grade_probe(name: str, case: tuple, candidates: list[int], probe: Callable)
         return correct(
             name,
             False,
-            f"your probe let {type(exc).__name__}('{str(exc)[:90]}...') escape: an allocation "
-            "failure reported as a RuntimeError still means 'does not fit'",
+            f"your probe let {type(exc).__name__}('{str(exc)[:90]}...') escape: "
+            + (
+                "an allocation failure reported as a RuntimeError still means 'does not fit'"
+                if not isinstance(exc, torch.cuda.OutOfMemoryError)
+                else "torch.cuda.OutOfMemoryError means 'does not fit'"
+            ),
         )
     if bug is not None:
         return correct(

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 from ...checks import Part, correct
 from ...data import close_loader
 from .demo import BATCH, usable_cpus
-from .probes import spawn_problems
+from .probes import TransferSpy, spawn_problems
 
 
 def _epoch(loader) -> tuple[list[int], set[int]]:
@@ -23,6 +23,20 @@ def _epoch(loader) -> tuple[list[int], set[int]]:
         order += tag[:, 0].tolist()
         pids |= set(tag[:, 1].tolist())
     return order, pids
+
+
+def _collate_pins(loader, dataset) -> int:
+    """pin_memory() calls the loader's collate_fn makes on one batch, run here in-process."""
+    collate = getattr(loader, "collate_fn", None)
+    if collate is None:
+        return 0
+    spy = TransferSpy(simulate=True)
+    try:
+        with spy:
+            collate([dataset[i] for i in range(2)])
+    except Exception:
+        return 0  # what iterating the loader shows is judged above
+    return spy.pinned_pageable
 
 
 def observe_loader(loader, dataset, make_loader) -> list[Part]:
@@ -51,11 +65,18 @@ def observe_loader(loader, dataset, make_loader) -> list[Part]:
     n, workers = len(dataset), pids1 - {os.getpid()}
     every = sorted(first) == list(range(n)) and sorted(second) == list(range(n))
     moved = first != second and first != sorted(first)
+    dropped = not every and len(set(first)) == len(first) == n - n % BATCH
     parts.append(
         correct(
             "reshuffled",
             every and moved,
-            f"each epoch {'gave every image once' if every else 'did NOT give every image exactly once'}, "
+            f"each epoch {'gave every image once' if every else 'did NOT give every image exactly once'}"
+            + (
+                f" ({len(first)} of {n}: the partial last batch was dropped; drop_last=False)"
+                if dropped
+                else ""
+            )
+            + ", "
             + (
                 "in a new order each epoch"
                 if moved
@@ -90,11 +111,22 @@ def observe_loader(loader, dataset, make_loader) -> list[Part]:
         )
     gpu = make_loader(dataset, BATCH, torch.device("cuda"))
     pinned = bool(getattr(gpu, "pin_memory", False))
+    collate_pins = _collate_pins(gpu, dataset)
     if torch.cuda.is_available():  # observe it: the batches themselves come out pinned
         try:
             pinned = next(iter(gpu))[0].is_pinned()
         finally:
             close_loader(gpu)
+    if collate_pins:
+        parts.append(
+            correct(
+                "pinned by the loader",
+                False,
+                f"for device cuda your collate_fn called pin_memory() {collate_pins} time(s) on one "
+                "batch: a collate runs in the worker processes, per batch (and fails there on CUDA "
+                "under fork); pin_memory=True lets the loader's own thread pin",
+            )
+        )
     parts.append(
         correct(
             "pinned for a GPU",

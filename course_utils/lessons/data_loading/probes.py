@@ -84,24 +84,40 @@ def _nb_flag(func_name: str, args: tuple, kwargs: dict) -> bool:
     return any(a is True for a in args[1:])  # .to(device, dtype, non_blocking) / .cuda(dev, nb)
 
 
+_COPIES = ("to", "cuda", "copy_", "as_tensor", "asarray", "tensor")  # calls that can cross
+
+
 class TransferSpy(TorchFunctionMode):
     """Records how tensors are pinned and copied, and the bytes that cross to another device.
 
     Without an accelerator pinned memory cannot exist, so `simulate` makes chosen tensors
     report is_pinned() and turns pin_memory() into a plain copy that counts as pinned."""
 
-    def __init__(self, simulate: bool):
+    def __init__(self, simulate: bool, cuda_as: str | None = None):
         super().__init__()
-        self.simulate, self.pinned_ids = simulate, set()
+        self.simulate, self.pinned_ids, self.cuda_as = simulate, set(), cuda_as
         self.pinned_pageable, self.crossed_bytes = 0, 0
         self.copies: list[tuple[bool, bool]] = []  # (source was pinned, non_blocking)
+        self.sources: list[str] = []  # "images" (4-D) or "labels", per copy
 
     def is_pinned(self, t: torch.Tensor) -> bool:
         return id(t) in self.pinned_ids if self.simulate else t.is_pinned()
 
+    def _stand_in(self, value):
+        """`cuda` device arguments replaced by the stand-in device (`cuda_as`)."""
+        is_cuda = (isinstance(value, torch.device) and value.type == "cuda") or (
+            isinstance(value, str) and value.startswith("cuda")
+        )
+        return torch.device(self.cuda_as) if is_cuda else value
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
+        if self.cuda_as:
+            args = tuple(self._stand_in(a) for a in args)
+            kwargs = {k: self._stand_in(v) for k, v in kwargs.items()}
+            if name == "cuda":
+                func, name, args = torch.Tensor.to, "to", (args[0], torch.device(self.cuda_as))
         if name == "is_pinned" and self.simulate:
             return id(args[0]) in self.pinned_ids
         if name == "pin_memory":
@@ -112,11 +128,12 @@ class TransferSpy(TorchFunctionMode):
                 self.pinned_ids.add(id(out))
                 return out
         out = func(*args, **kwargs)
-        if name in ("to", "cuda", "copy_") and args and isinstance(args[0], torch.Tensor):
+        if name in _COPIES and args and isinstance(args[0], torch.Tensor):
             src = args[1] if name == "copy_" else args[0]
             dst = args[0] if name == "copy_" else out
             if isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor):
                 if dst.device != src.device:
                     self.crossed_bytes += dst.nbytes  # converted before the copy, if at all
                     self.copies.append((self.is_pinned(src), _nb_flag(name, args, kwargs)))
+                    self.sources.append("images" if src.dim() == 4 else "labels")
         return out
