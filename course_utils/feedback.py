@@ -9,6 +9,16 @@ from pathlib import Path
 from .protocol import GRADE_COLUMNS, NOT_APPLICABLE, PASSED
 
 
+def _number(value) -> str:
+    """A measured value for the table: numbers to 4 significant digits, anything else as it came
+    (a check may report a value such as "inf" read back from JSON); never an exception."""
+    if value is None:
+        return ""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:.4g}"
+    return str(value)
+
+
 def feedback(sub, rows: list, notes: dict[str, str]) -> str:
     """The learner's feedback file: points, a table of checks, then each check explained."""
     earned = sum(r.points for r in rows)
@@ -21,9 +31,8 @@ def feedback(sub, rows: list, notes: dict[str, str]) -> str:
     )
     lines += ["", "| check | status | points | measured | expected |", "|---|---|---|---|---|"]
     for r in rows:
-        fmt = lambda v: "" if v is None else f"{v:.4g}"  # noqa: E731
         lines.append(
-            f"| {r.check or '(notebook)'} | {r.status} | {r.points:g}/{r.max_points:g} | {fmt(r.value)} | {fmt(r.threshold)} |"
+            f"| {r.check or '(notebook)'} | {r.status} | {r.points:g}/{r.max_points:g} | {_number(r.value)} | {_number(r.threshold)} |"
         )
     for r in rows:
         lines += ["", f"## {r.check or 'notebook'}: {r.status}", "", *explain(r, notes)]
