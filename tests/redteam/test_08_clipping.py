@@ -8,16 +8,15 @@ regexes matched against the messages of the parts that did not pass.
 from __future__ import annotations
 
 import math
-import re
 import statistics
 
 import numpy as np
 import pytest
 import torch
+from helpers_08_10 import assert_verdict, case, grade
 from torch import nn
 
 import course_utils as cu
-from course_utils import checks
 from course_utils.lessons import clipping as lesson
 
 # One torch thread: a loaded 2-core machine runs these small models far faster so, and no
@@ -25,46 +24,6 @@ from course_utils.lessons import clipping as lesson
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 # --- grading a learner function, the way the notebook's check cell calls it ---------------
-
-
-def grade(check, fn):
-    """The CheckResult that `check(fn)` emits (the check raises when it does not pass)."""
-    seen = []
-    emit, checks.emit = checks.emit, seen.append
-    try:
-        check(fn)
-    except Exception:  # CheckFailed: the verdict is in the emitted result
-        pass
-    finally:
-        checks.emit = emit
-    return seen[-1]
-
-
-def blame(result) -> str:
-    """What the learner is told is wrong: the messages of the parts that did not pass."""
-    failing = [
-        f"{p.name}: {p.message}"
-        for p in result.parts
-        if p.status not in ("passed", "not-applicable")
-    ]
-    return " | ".join(failing) if failing else result.message
-
-
-def assert_verdict(result, expect: str, names: str | None, not_names: str | None) -> None:
-    """`expect` is "passed" or "failed"; a wrong answer may also fail as an error, if the
-    message then names its cause."""
-    said = blame(result)
-    got = "failed" if result.status == "error" else result.status
-    assert got == expect, f"expected {expect}, got {result.status}: {result.message}"
-    if names:
-        assert re.search(names, said, re.I), f"message does not name /{names}/: {said}"
-    if not_names:
-        assert not re.search(not_names, said, re.I), f"message names /{not_names}/: {said}"
-
-
-def case(fn, expect="failed", names=None, not_names=None):
-    kind = "valid" if fn.__name__.startswith("valid_") else "wrong"
-    return pytest.param(fn, expect, names, not_names, id=f"{kind}-{fn.__name__[6:]}")
 
 
 # --- 08-total-norm ---------------------------------------------------------------------------
