@@ -70,7 +70,7 @@ def _grade(args) -> int:
             allow_mixed_devices=args.allow_mixed_devices,
         )
     except KeyboardInterrupt:
-        from .grading import STATE_FILE
+        from .outbox import STATE_FILE
 
         print(
             f"course grade: interrupted; what was graded is kept in {Path(args.out)}/**/{STATE_FILE}: "

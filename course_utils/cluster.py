@@ -26,12 +26,7 @@ from tqdm.auto import tqdm
 
 from .errors import UsageError
 from .grading import (
-    Graded,
-    GradeSummary,
-    Outbox,
-    Row,
     RunSettings,
-    Submission,
     _fingerprint,
     _gpu_count,
     device_class_of,
@@ -40,6 +35,8 @@ from .grading import (
     read_data,
     settings_string,
 )
+from .outbox import GradeSummary, Outbox
+from .records import Graded, Row, Submission
 from .restore import lesson_for
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")

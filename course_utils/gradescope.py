@@ -31,9 +31,10 @@ from pathlib import Path
 from .authoring import check_cells, read
 from .errors import UsageError
 from .feedback import explain
-from .grading import HARNESS, Row, RunSettings, Submission, grade_submission
+from .grading import HARNESS, RunSettings, grade_submission
 from .mode import UNTIMED_PLATFORMS
 from .protocol import NOT_APPLICABLE, PASSED
+from .records import Row, Submission
 
 ROOT_ENV, PYTHON_ENV = "COURSE_AUTOGRADER_ROOT", "COURSE_AUTOGRADER_PYTHON"
 CONFIG = "autograder.json"

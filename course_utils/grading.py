@@ -11,13 +11,12 @@ learner prints or displays elsewhere is ignored.
 from __future__ import annotations
 
 import hashlib
-import json
 import queue
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -26,49 +25,11 @@ from tqdm.auto import tqdm
 from .authoring import check_cells, read
 from .demos import skip_demos
 from .errors import UsageError
-from .feedback import feedback, write_csvs
 from .isolated import execute_isolated
-from .protocol import ERROR, GRADE_COLUMNS, MIME, MISSING, TIMEOUT
+from .outbox import GradeSummary, Outbox
+from .protocol import ERROR, MIME, MISSING, TIMEOUT
+from .records import Graded, Row, Submission
 from .restore import lesson_for, restore_checks
-
-STATE_FILE = ".grading-state.json"
-
-
-@dataclass
-class Row:
-    """One row of grades.csv: one check of one submission."""
-
-    submission: str
-    notebook: str
-    check: str
-    status: str
-    points: float
-    max_points: float
-    value: float | None
-    threshold: float | None
-    device_class: str
-    message: str
-    hint: str = ""  # hint and parts are for the feedback only, not grades.csv columns
-    parts: list = field(default_factory=list)
-
-    @classmethod
-    def columns(cls) -> list[str]:
-        return list(GRADE_COLUMNS)
-
-    @classmethod
-    def error(cls, submission: str, reason: str, notebook: str = "") -> Row:
-        """The one row of a submission that could not be graded at all."""
-        return cls(submission, notebook, "", ERROR, 0.0, 0.0, None, None, "", reason)
-
-
-@dataclass
-class Submission:
-    path: Path
-    name: str  # as shown in grades.csv: relative to the folder given, or the file name
-
-    @property
-    def slug(self) -> str:
-        return self.name.removesuffix(".ipynb").replace("/", "__").replace("\\", "__")
 
 
 def find_submissions(paths: list[Path]) -> list[Submission]:
@@ -228,20 +189,6 @@ def _gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-@dataclass
-class Graded:
-    """What grading one submission gives back; nothing is written until the caller (the
-    only writer: the serial loop, or the Dask client) records it."""
-
-    rows: list[Row]
-    notes: dict[str, str] = field(default_factory=dict)
-    executed: nbformat.NotebookNode | None = None
-    seconds: float = 0.0
-    key: str = ""  # the reuse fingerprint, computed where it was graded
-    device_class: str = ""  # of the machine that graded it
-    skipped_demos: int = 0
-
-
 def grade_submission(
     name: str,
     filename: str,
@@ -295,76 +242,6 @@ def grade_submission(
     return Graded(
         rows, notes, executed, time.perf_counter() - t0, device_class=here, skipped_demos=skipped
     )
-
-
-class Outbox:
-    """The one writer of an output folder: feedback, executed notebooks, the state file
-    (written after every submission, so an interrupted run continues) and the CSVs."""
-
-    def __init__(self, out: Path):
-        self.out = out
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "feedback").mkdir(exist_ok=True)
-        self.state_path = out / STATE_FILE
-        self.state = json.loads(self.state_path.read_text()) if self.state_path.exists() else {}
-        self.results: dict[str, tuple[list[Row], bool]] = {}
-
-    def reusable(self, sub: Submission, keys: set[str]) -> list[Row] | None:
-        previous = self.state.get(sub.name)
-        if (
-            previous
-            and previous["fingerprint"] in keys
-            and (self.out / "feedback" / f"{sub.slug}.md").exists()
-        ):
-            return [Row(**r) for r in previous["rows"]]
-        return None
-
-    def reuse(self, sub: Submission, rows: list[Row]) -> None:
-        self.results[sub.name] = (rows, True)
-
-    @staticmethod
-    def write_executed(out: Path, sub: Submission, graded: Graded) -> None:
-        if graded.executed is not None:
-            (out / "executed").mkdir(parents=True, exist_ok=True)
-            nbformat.write(graded.executed, str(out / "executed" / f"{sub.slug}.ipynb"))
-
-    def record(self, sub: Submission, graded: Graded) -> None:
-        self.write_executed(self.out, sub, graded)
-        (self.out / "feedback" / f"{sub.slug}.md").write_text(
-            feedback(sub, graded.rows, graded.notes), encoding="utf-8"
-        )
-        self.state[sub.name] = {
-            "fingerprint": graded.key,
-            "rows": [asdict(r) for r in graded.rows],
-            "seconds": graded.seconds,
-            "device_class": graded.device_class,
-        }
-        self.state_path.write_text(json.dumps(self.state, indent=1))
-        self.results[sub.name] = (graded.rows, False)
-
-    def finish(self, subs: list[Submission]) -> GradeSummary:
-        write_csvs(self.out, [self.results[s.name][0] for s in subs])
-        counts: dict[str, int] = {}
-        for rows, _ in self.results.values():
-            for r in rows:
-                counts[r.status] = counts.get(r.status, 0) + 1
-        reused = sum(reused for _, reused in self.results.values())
-        return GradeSummary(self.out, len(subs), reused, counts)
-
-
-@dataclass
-class GradeSummary:
-    out: Path
-    submissions: int
-    reused: int
-    counts: dict[str, int]
-
-    def __str__(self) -> str:
-        counts = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
-        return (
-            f"graded {self.submissions} submission(s) ({self.reused} unchanged, reused) -> "
-            f"{self.out / 'grades.csv'}; checks: {counts or 'none'}"
-        )
 
 
 def read_data(sub: Submission) -> bytes:

@@ -18,7 +18,9 @@ from pathlib import Path
 
 from .errors import UsageError
 from .feedback import write_csvs
-from .grading import STATE_FILE, Row, RunSettings, Submission
+from .grading import RunSettings
+from .outbox import STATE_FILE
+from .records import Row, Submission
 
 MANIFEST = "shard.json"
 

@@ -1,7 +1,7 @@
 """Feedback files: a learner's table never breaks on an unusual measured value."""
 
 from course_utils.feedback import feedback
-from course_utils.grading import Row, Submission
+from course_utils.records import Row, Submission
 
 
 def test_feedback_prints_values_that_are_not_numbers_instead_of_failing(tmp_path):

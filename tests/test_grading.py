@@ -187,7 +187,7 @@ def test_parallel_grading_touches_its_state_only_from_the_main_thread(tmp_path, 
     import threading
     import time as _time
 
-    from course_utils import grading
+    from course_utils import grading, outbox
 
     seen_gpus, dumped_from = [], set()
 
@@ -198,7 +198,7 @@ def test_parallel_grading_touches_its_state_only_from_the_main_thread(tmp_path, 
             [grading.Row(name, "toy", "toy-double", "passed", 1, 1, None, None, "cpu", "")]
         )
 
-    real_dumps = grading.json.dumps
+    real_dumps = outbox.json.dumps
 
     def dumps(obj, **kw):
         dumped_from.add(threading.current_thread() is threading.main_thread())
@@ -206,7 +206,7 @@ def test_parallel_grading_touches_its_state_only_from_the_main_thread(tmp_path, 
 
     monkeypatch.setattr(grading, "grade_submission", fake_grade_submission)
     monkeypatch.setattr(grading, "_gpu_count", lambda: 2)
-    monkeypatch.setattr(grading.json, "dumps", dumps)
+    monkeypatch.setattr(outbox.json, "dumps", dumps)
     solutions, subs = make_course(tmp_path)
     grade([subs], out=tmp_path / "out", solutions=solutions, jobs=3)
     assert dumped_from == {True}
@@ -215,7 +215,7 @@ def test_parallel_grading_touches_its_state_only_from_the_main_thread(tmp_path, 
 
 def test_an_interrupted_run_continues_from_its_state_file(tmp_path, monkeypatch):
     """Ctrl-C mid-run: what was graded is in the state file, and a rerun grades only the rest."""
-    from course_utils import grading
+    from course_utils import grading, outbox
 
     calls = []
 
@@ -232,7 +232,7 @@ def test_an_interrupted_run_continues_from_its_state_file(tmp_path, monkeypatch)
     solutions, subs = make_course(tmp_path)
     with pytest.raises(KeyboardInterrupt):
         grade([subs], out=tmp_path / "out", solutions=solutions)
-    state = json.loads((tmp_path / "out" / grading.STATE_FILE).read_text())
+    state = json.loads((tmp_path / "out" / outbox.STATE_FILE).read_text())
     assert list(state) == calls[:1]
     summary = grade([subs], out=tmp_path / "out", solutions=solutions)
     assert summary.reused == 1 and summary.submissions == len(list(subs.iterdir()))
