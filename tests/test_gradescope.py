@@ -1,4 +1,4 @@
-"""course_utils.gradescope: the exported zip, unpacked into a temporary /autograder-shaped
+"""course_utils.gradescope and .autograder: the exported zip, unpacked into a temporary /autograder-shaped
 folder and run by its own run_autograder (setup.sh skipped: this environment's Python runs
 the zip's course/), on a solved, an untouched, a crashing and a garbage submission of 04 and
 08 in quick mode. Each results.json must follow Gradescope's spec and score what `course
@@ -24,7 +24,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils import gradescope
+from course_utils import autograder, gradescope
 from course_utils.authoring import check_id_of, code, read
 from course_utils.cli import main
 from course_utils.errors import UsageError
@@ -102,8 +102,8 @@ def run_autograder(root: Path, python: str = sys.executable) -> subprocess.Compl
     script = root / "source" / "run_autograder"
     env = {
         **os.environ,
-        gradescope.ROOT_ENV: str(root),
-        gradescope.PYTHON_ENV: python,
+        autograder.ROOT_ENV: str(root),
+        autograder.PYTHON_ENV: python,
         "PYTHONPATH": str(root / "source" / "course"),
     }
     env.pop("COURSE_PLATFORM", None)  # run_autograder must set it itself
@@ -208,7 +208,7 @@ def test_the_zip_ships_the_course_source_and_only_its_lessons_solution(zips):
         names = set(zf.namelist())
         config = json.loads(zf.read("autograder.json"))
     assert {"course/pyproject.toml", "course/README.md"} <= names
-    assert {"course/course_utils/gradescope.py", "course/course_utils/grading.py"} <= names
+    assert {"course/course_utils/autograder.py", "course/course_utils/grading.py"} <= names
     assert not any("__pycache__" in n for n in names)
     assert {n for n in names if n.startswith("solutions/")} == {
         "solutions/08_gradient_clipping.ipynb"
@@ -326,21 +326,21 @@ def root(tmp_path, zips):
 
 
 def test_no_notebook_uploaded_is_not_graded_and_lists_what_came(root):
-    results = gradescope.run(root({"notes.txt": b"hi"}))
+    results = autograder.run(root({"notes.txt": b"hi"}))
     assert_gradescope_results(results)
     assert results["score"] == 0 and "received: notes.txt" in results["output"]
 
 
 def test_several_notebooks_are_not_graded_and_named(root):
     nb = submission("08_gradient_clipping", "untouched")
-    results = gradescope.run(root({"a.ipynb": nb, "sub/b.ipynb": nb}))
+    results = autograder.run(root({"a.ipynb": nb, "sub/b.ipynb": nb}))
     assert "2 notebooks (a.ipynb, sub/b.ipynb)" in results["output"]
 
 
 def test_checkpoints_and_macos_copies_are_not_uploads(root):
     nb = submission("08_gradient_clipping", "untouched")
     ag = root({"hw.ipynb": nb, ".ipynb_checkpoints/hw.ipynb": nb, "__MACOSX/hw.ipynb": nb})
-    assert gradescope.find_uploads(ag / "submission") == [ag / "submission" / "hw.ipynb"]
+    assert autograder.find_uploads(ag / "submission") == [ag / "submission" / "hw.ipynb"]
 
 
 def test_results_exist_before_grading_and_survive_a_grader_failure(root, monkeypatch):
@@ -351,8 +351,8 @@ def test_results_exist_before_grading_and_survive_a_grader_failure(root, monkeyp
         seen.update(results_of(ag))  # what Gradescope would read if the run stopped here
         raise MemoryError("no room")
 
-    monkeypatch.setattr(gradescope, "grade_submission", broken)
-    results = gradescope.run(ag)
+    monkeypatch.setattr(autograder, "grade_submission", broken)
+    results = autograder.run(ag)
     assert "stopped before it finished" in seen["output"] and seen["score"] == 0
     assert "the grader failed (MemoryError: no room)" in results["output"]
     assert_gradescope_results(results_of(ag))
@@ -361,7 +361,7 @@ def test_results_exist_before_grading_and_survive_a_grader_failure(root, monkeyp
 def test_a_broken_zip_still_writes_valid_results(root):
     ag = root({"hw.ipynb": b"{}"})
     (ag / "source" / gradescope.CONFIG).unlink()
-    results = gradescope.run(ag)
+    results = autograder.run(ag)
     assert "the autograder is broken" in results["output"] and results["tests"] == []
     assert_gradescope_results(results_of(ag))
 
@@ -376,7 +376,7 @@ def test_run_autograder_writes_a_fallback_when_python_cannot_start(root):
 
 def test_non_finite_measurements_are_written_as_strict_json(tmp_path):
     path = tmp_path / "results.json"
-    gradescope.write_results({"tests": [{"extra_data": {"value": float("inf")}}]}, path)
+    autograder.write_results({"tests": [{"extra_data": {"value": float("inf")}}]}, path)
     assert json.loads(path.read_text())["tests"][0]["extra_data"]["value"] == "inf"
 
 
