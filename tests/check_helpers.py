@@ -30,3 +30,18 @@ def status_of(check, *answers) -> str:
 def not_attempted(*args, **kwargs):
     """An exercise left as the learner copy has it."""
     raise NotImplementedError()
+
+
+def cells_of(notebook: str, *cell_ids: str, **names) -> dict:
+    """The names that the given cells of `solutions/<notebook>.ipynb` define, run in order in
+    one namespace that starts with `names`: a test grades the code the notebook shows (a
+    colleague's broken function), not a copy of it that could drift."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "solutions" / f"{notebook}.ipynb"
+    cells = {c["id"]: "".join(c["source"]) for c in json.loads(path.read_text())["cells"]}
+    namespace = dict(names)
+    for cell_id in cell_ids:
+        exec(compile(cells[cell_id], f"{notebook}:{cell_id}", "exec"), namespace)
+    return namespace

@@ -309,3 +309,23 @@ def test_fuse_stub_and_reference_delegation():
     assert (
         fails(lesson.check_fuse, lambda m, x: lesson.reference_fuse_for_inference(m, x)) == "failed"
     )
+
+
+# --- the pair-ratio plot --------------------------------------------------------------------
+
+
+def test_pair_ratio_plot_draws_each_row_with_its_middle_half_and_the_no_effect_line():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = {"bias vs no bias": [0.9, 1.0, 1.1, 1.2, 1.3], "identical steps": [0.95, 1.0, 1.05]}
+    fig = lesson.plot_pair_ratios(rows, title="cpu: pair ratios")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == list(rows)
+    bands = [c for c in ax.collections if type(c).__name__ == "LineCollection"]
+    q1, _, q3 = statistics.quantiles(rows["bias vs no bias"], n=4, method="inclusive")
+    assert bands[0].get_segments()[0][:, 0].tolist() == pytest.approx([q1, q3])
+    assert any(line.get_xdata()[0] == 1 for line in ax.get_lines())  # the line of no effect
+    plt.close(fig)

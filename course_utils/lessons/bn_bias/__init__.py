@@ -19,6 +19,7 @@ from .demo import (
     scenario_model,
     train_step_comparison,
 )
+from .plots import plot_pair_ratios
 from .reference import (
     feeds_bn,
     reference_fuse_for_inference,
@@ -38,6 +39,7 @@ __all__ = [
     "feeds_bn",
     "fusion_cases",
     "inference_comparison",
+    "plot_pair_ratios",
     "pointwise_net",
     "real_speedup_ratios",
     "reference_fuse_for_inference",

@@ -27,6 +27,7 @@ from .reference import (
     reference_clipped_step,
     reference_total_norm,
 )
+from .symptoms import fp32_clipped_step, norm_summary, norm_table, train_amp
 
 __all__ = [
     "THRESHOLDS",
@@ -38,7 +39,10 @@ __all__ = [
     "check_clipped_step",
     "check_total_norm",
     "logging_cost",
+    "fp32_clipped_step",
     "make_rnn",
+    "norm_summary",
+    "norm_table",
     "plot_runs",
     "plot_sweep",
     "reference_amp_clipped_step",
@@ -47,6 +51,7 @@ __all__ = [
     "reference_total_norm",
     "rnn_batches",
     "sweep",
+    "train_amp",
     "synthetic_history",
     "train_rnn",
     "unclipped_step",

@@ -168,7 +168,7 @@ def _which_mistake(got, model, batches, max_norm: float) -> str:
 
 @check(
     "08-clipped-step",
-    points=2,
+    points=1,  # one call moved to its place: the least judgement of the four
     hint="zero_grad, forward, backward, THEN nn.utils.clip_grad_norm_(model.parameters(), "
     "max_norm), THEN optimizer.step(); return the norm clip_grad_norm_ returns.",
 )
@@ -220,7 +220,7 @@ def check_clipped_step(clipped_step):
 
 @check(
     "08-max-norm",
-    points=1,
+    points=3,  # the judgement task: which statistic of a skewed history is a threshold
     hint="Describe the typical step, not the rare spikes nor the final inf/NaN: a robust "
     "statistic of the finite norms (median or a moderate quantile), not the mean or the max.",
 )
