@@ -35,6 +35,7 @@ from .demo import (
     plain_loader,
     run_epoch,
 )
+from .normalise_check import THRESHOLDS as NORMALISE_THRESHOLDS
 from .observe import observe_loader
 from .probes import TransferSpy, parallel_speedup
 from .reference import reference_to_device
@@ -69,6 +70,7 @@ THRESHOLDS = {
         "measured parallel gain when two threads run 1.5-2x as fast as one",
         measured_on=("cpu-bf16",),
     ),
+    **NORMALISE_THRESHOLDS,  # exercise 4, check 03-normalise (normalise_check.py)
 }
 
 # --- exercise 1: is the step data-bound? ------------------------------------------------------
