@@ -190,6 +190,16 @@ def test_every_named_mistake_misses_the_right_values_by_far_more_than_the_tolera
         assert (got - right).abs().max() > 60 * tol, cause
 
 
+def test_every_named_mistake_but_per_batch_statistics_misses_mean_0_std_1_by_far():
+    train, test = normalise_check.specimen()
+    tol = normalise_check.THRESHOLDS["norm_stat_tol"].value
+    for cause, f in normalise_check.mistakes(train, test).items():
+        out = torch.cat([f(b) for b in train.split(normalise_check.SPEC_BATCH)])
+        mean, std = out.mean((0, 2, 3)), out.std((0, 2, 3), unbiased=False)
+        off = max(mean.abs().max().item(), (std - 1).abs().max().item())
+        assert (off < tol) if "its own statistics" in cause else (off > 30 * tol), cause
+
+
 def test_the_specimens_channels_and_splits_differ():
     train, test = normalise_check.specimen()
     mean, std = normalise_check._stats(train)
