@@ -58,14 +58,17 @@ class ResNet9(nn.Module):
 class SmallCNN(nn.Module):
     """Three conv blocks and a linear head: the quickest model that learns the image sets."""
 
-    def __init__(self, num_classes: int = 10, width: int = 32, *, bias: bool = False):
+    def __init__(
+        self, num_classes: int = 10, width: int = 32, *, bias: bool = False, norm: bool = True
+    ):
         super().__init__()
+        kw = {"bias": bias, "norm": norm}  # norm=False: no BatchNorm (lesson 03's tip 17 grid)
         self.net = nn.Sequential(
-            conv_bn(3, width, bias=bias),
+            conv_bn(3, width, **kw),
             nn.MaxPool2d(2),
-            conv_bn(width, 2 * width, bias=bias),
+            conv_bn(width, 2 * width, **kw),
             nn.MaxPool2d(2),
-            conv_bn(2 * width, 4 * width, bias=bias),
+            conv_bn(2 * width, 4 * width, **kw),
             nn.AdaptiveAvgPool2d(1),
             nn.Flatten(),
             nn.Linear(4 * width, num_classes),

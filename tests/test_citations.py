@@ -16,7 +16,7 @@ SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
 TIPS = {
     "01_one_cycle": {1, 5},
     "02_batch_size": {3},
-    "03_data_loading": {2},
+    "03_data_loading": {2, 17},
     "04_mixed_precision": {4},
     "05_fast_kernels": {6},
     "06_ddp": {10},

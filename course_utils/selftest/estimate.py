@@ -74,7 +74,10 @@ COSTS = {
     ),
     "02": NotebookCost(Cost(50, 300, 12), Cost(6_000, 1_500, 15), "CNN sweep to batch 4096 full"),
     "03": NotebookCost(
-        Cost(20, 200, 18), Cost(80, 800, 135), "JPEG decoding: 4x the images, 5 worker counts"
+        Cost(50, 680, 20),
+        Cost(1_000, 4_400, 140),
+        "JPEG decoding: 4x the images, 5 worker counts; tip 17 grid: 4x120 SmallCNN(8) steps at "
+        "16 px quick, 12x300 at 32 px full",
     ),
     "04": NotebookCost(Cost(64, 60, 8), Cost(40_000, 60, 10), "speed MLP 1024-4096, batch 4096"),
     "05": NotebookCost(Cost(50, 100, 14), Cost(300, 300, 80), "full compiles SE-ResNet (inductor)"),

@@ -4,7 +4,12 @@ uses it as `lesson`."""
 
 from ...data import close_loader
 from ...measure import knee
-from .checks import THRESHOLDS, check_fast_loader, check_profile, check_transfer
+from .checks import (
+    THRESHOLDS,
+    check_fast_loader,
+    check_profile,
+    check_transfer,
+)
 from .demo import (
     BATCH,
     DATA_BOUND,
@@ -27,10 +32,34 @@ from .demo import (
     usable_cpus,
     worker_knee,
 )
+from .normalise import (
+    convergence_grid,
+    describe,
+    loaders,
+    median_steps,
+    plot_convergence,
+    target_loss,
+    uint8_images,
+)
+from .normalise_check import check_normalise
 from .probes import TransferSpy, parallel_speedup, spawn_problems
-from .reference import reference_fast_loader, reference_profile, reference_to_device
+from .reference import (
+    reference_fast_loader,
+    reference_make_normaliser,
+    reference_profile,
+    reference_to_device,
+)
 
 __all__ = [
+    "target_loss",
+    "reference_make_normaliser",
+    "uint8_images",
+    "plot_convergence",
+    "median_steps",
+    "loaders",
+    "describe",
+    "convergence_grid",
+    "check_normalise",
     "BATCH",
     "DATA_BOUND",
     "SCENARIOS",

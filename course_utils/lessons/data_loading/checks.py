@@ -35,8 +35,9 @@ from .demo import (
     plain_loader,
     run_epoch,
 )
+from .normalise_check import THRESHOLDS as NORMALISE_THRESHOLDS
 from .observe import observe_loader
-from .probes import TransferSpy, parallel_speedup
+from .probes import Bookended, TransferSpy, parallel_speedup, uint8_batch
 from .reference import reference_to_device
 
 THRESHOLDS = {
@@ -69,6 +70,7 @@ THRESHOLDS = {
         "measured parallel gain when two threads run 1.5-2x as fast as one",
         measured_on=("cpu-bf16",),
     ),
+    **NORMALISE_THRESHOLDS,  # exercise 4, check 03-normalise (normalise_check.py)
 }
 
 # --- exercise 1: is the step data-bound? ------------------------------------------------------
@@ -99,7 +101,7 @@ def check_profile(profile_epoch: Callable) -> list:
         data = SleepyData(96, item_s)  # 12 batches of 8
         device = SimulatedTrainer(step_s)
         edges = edge if name == "slow start and end" else 0.0
-        loader = _Bookended(DataLoader(data, batch_size=8), edges, data)
+        loader = Bookended(DataLoader(data, batch_size=8), edges, data)
         try:
             device.synchronize()
             t0 = time.perf_counter()
@@ -117,29 +119,6 @@ def check_profile(profile_epoch: Callable) -> list:
         why = "" if ok else _why_profile(got, data.loading_s, device.busy_s, edges)
         parts.append(correct(f"{name} step", ok, msg + why))
     return parts
-
-
-class _Bookended:
-    """A loader whose first batch and end of epoch each wait `edge_s` more (workers starting,
-    the last batch's wait), billed to the dataset's loading time."""
-
-    def __init__(self, loader: DataLoader, edge_s: float, data: SleepyData):
-        self.loader, self.edge_s, self.data = loader, edge_s, data
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def _wait(self) -> None:
-        t0 = time.perf_counter()
-        time.sleep(self.edge_s)
-        self.data.loading_s += time.perf_counter() - t0
-
-    def __iter__(self):
-        if self.edge_s:
-            self._wait()
-        yield from self.loader
-        if self.edge_s:
-            self._wait()
 
 
 def _consistent(got: EpochProfile, loading: float, busy: float, wall: float, missed: float) -> bool:
@@ -259,12 +238,6 @@ def _speed_part(make_loader: Callable, device: torch.device):
 # --- exercise 3: the batch on the device ------------------------------------------------------------
 
 
-def _batch(n: int = BATCH, size: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(3)
-    images = torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8, generator=g)
-    return images, torch.randint(0, 10, (n,), generator=g)
-
-
 @check(
     "03-transfer",
     points=2,
@@ -295,7 +268,7 @@ def check_transfer(to_device: Callable) -> list:
             + (": about 255x too large, divide by 255 first" if 50 < err < 2000 else ""),
         )
     ]
-    x, y = _batch(16, 7)
+    x, y = uint8_batch(16, 7)
     mean, std = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
     with spy:
         got = to_device((x, y), device, mean, std)[0]
@@ -316,7 +289,7 @@ def _copies(to_device: Callable, pins_before: int = 0) -> list:
     """On the meta device (a stand-in for a GPU on any machine): where the results land, the
     bytes that cross, per-batch pinning, and non_blocking from (simulated) pinned memory."""
     meta, spy = torch.device("meta"), TransferSpy(simulate=True)
-    pageable = _batch()
+    pageable = uint8_batch()
     pinned = tuple(t.clone() for t in pageable)
     spy.pinned_ids.update(id(t) for t in pinned)
     with spy:
@@ -386,7 +359,7 @@ def _as_cuda(to_device: Callable) -> tuple[int, list, list]:
     if torch.cuda.is_available():
         return 0, [], []  # the first run of the check used the real GPU
     spy = TransferSpy(simulate=True, cuda_as="meta")
-    pageable = _batch()
+    pageable = uint8_batch()
     pinned = tuple(t.clone() for t in pageable)
     spy.pinned_ids.update(id(t) for t in pinned)
     cuda = torch.device("cuda")  # made outside the spy, which turns cuda devices into meta

@@ -137,3 +137,36 @@ class TransferSpy(TorchFunctionMode):
                     self.copies.append((self.is_pinned(src), _nb_flag(name, args, kwargs)))
                     self.sources.append("images" if src.dim() == 4 else "labels")
         return out
+
+
+# --- scenarios the checks build ---------------------------------------------------------------
+
+
+def uint8_batch(n: int = 64, size: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """A uint8 batch of random images and labels, the same on every call."""
+    g = torch.Generator().manual_seed(3)
+    images = torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8, generator=g)
+    return images, torch.randint(0, 10, (n,), generator=g)
+
+
+class Bookended:
+    """A loader whose first batch and end of epoch each wait `edge_s` more (workers starting,
+    the last batch's wait), billed to the dataset's loading time."""
+
+    def __init__(self, loader: DataLoader, edge_s: float, data):
+        self.loader, self.edge_s, self.data = loader, edge_s, data
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def _wait(self) -> None:
+        t0 = time.perf_counter()
+        time.sleep(self.edge_s)
+        self.data.loading_s += time.perf_counter() - t0
+
+    def __iter__(self):
+        if self.edge_s:
+            self._wait()
+        yield from self.loader
+        if self.edge_s:
+            self._wait()

@@ -19,6 +19,7 @@ def answers() -> dict:
         "03-profile": lambda: (ref.reference_profile,),
         "03-fast-loader": lambda: (ref.reference_fast_loader,),
         "03-transfer": lambda: (ref.reference_to_device,),
+        "03-normalise": lambda: (ref.reference_make_normaliser,),
     }
 
 

@@ -1,0 +1,254 @@
+"""Check 03-normalise: the learner's normaliser is fitted on specimens that break the plausible
+mistakes. Channels with very different means and stds (a global statistic fails), batches
+whose means differ and an uneven last batch that is much brighter (an average of batch
+means or batch stds fails), a test split with other statistics (fitting on it, or on both,
+fails). Causes are named only when the learner's output matches what that mistake gives."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from ...checks import Threshold, check, correct, not_applicable
+
+THRESHOLDS = {
+    "norm_stat_tol": Threshold(
+        0.01,
+        "how far from 0 (mean) and 1 (std) the normalised training split may be, per channel. "
+        "Valid answers land within 5e-5 on the specimen (float32 statistics in the 0-255 scale; "
+        "the reference within 1e-7); every named mistake but per-batch statistics (caught by "
+        "the test-split part) is off by > 0.3 there (tests/test_lesson_03_normalise.py)",
+    ),
+    "norm_value_tol": Threshold(
+        5e-3,
+        "largest difference from (x / 255 - mean) / std with the training split's float64 "
+        "statistics, on the test split: valid float32 answers err by up to 3e-4 (statistics "
+        "taken in the 0-255 scale), every named mistake by > 0.3",
+    ),
+    "norm_match": Threshold(
+        0.05,
+        "how close a failing answer's values must come to what a named mistake gives (relative, "
+        "for values over 1) for the message to name it: sample instead of population std moves values by < 0.02 on the "
+        "5-image batch; the named mistakes differ from each other by > 0.3",
+    ),
+}
+
+MEANS, STDS = (0.8, 0.2, 0.5), (0.05, 0.3, 0.1)  # per channel, 0-1 scale: far apart
+TEST_MEANS, TEST_STDS = (0.6, 0.4, 0.3), (0.1, 0.2, 0.2)
+SPEC_BATCH, FULL_BATCHES, LAST = 32, 9, 5  # nine full batches and one of 5 images
+HEIGHT, WIDTH = 5, 7  # neither equals the 3 channels: a stat over the wrong axis cannot fit
+
+
+def _to_uint8(x: torch.Tensor) -> torch.Tensor:
+    return (x * 255).round().clamp(0, 255).to(torch.uint8)
+
+
+def _images(n: int, means, stds, g: torch.Generator) -> torch.Tensor:
+    m = torch.tensor(means).view(1, 3, 1, 1)
+    s = torch.tensor(stds).view(1, 3, 1, 1)
+    return m + s * torch.randn(n, 3, HEIGHT, WIDTH, generator=g)
+
+
+def specimen(seed: int = 17) -> tuple[torch.Tensor, torch.Tensor]:
+    """uint8 training and test images: per-batch offsets so batch means differ, and a last
+    batch of 5 bright, flat images (weighed by its pixels it hardly moves the mean)."""
+    g = torch.Generator().manual_seed(seed)
+    full = _images(SPEC_BATCH * FULL_BATCHES, MEANS, STDS, g)
+    offsets = torch.linspace(-0.12, 0.12, FULL_BATCHES).repeat_interleave(SPEC_BATCH)
+    last = 0.97 + 0.01 * torch.randn(LAST, 3, HEIGHT, WIDTH, generator=g)
+    train = torch.cat([full + offsets.view(-1, 1, 1, 1), last])
+    test = _images(2 * SPEC_BATCH + 7, TEST_MEANS, TEST_STDS, g)
+    return _to_uint8(train), _to_uint8(test)
+
+
+class Counted:
+    """A loader that counts how often it was iterated, or its dataset read."""
+
+    def __init__(self, loader: DataLoader):
+        self.loader, self.reads = loader, 0
+
+    def __iter__(self) -> Iterator:
+        self.reads += 1
+        return iter(self.loader)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __getattr__(self, name: str):
+        if name == "dataset":
+            self.reads += 1
+        return getattr(self.loader, name)
+
+
+def _loader(images: torch.Tensor) -> Counted:
+    labels = torch.arange(len(images)) % 10
+    return Counted(DataLoader(TensorDataset(images, labels), batch_size=SPEC_BATCH))
+
+
+def _stats(x: torch.Tensor, dims=(0, 2, 3)) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and (population) std in the 0-1 scale, float64, per channel unless `dims` says."""
+    x = x.double() / 255
+    return x.mean(dims, keepdim=True), x.std(dims, keepdim=True, unbiased=False)
+
+
+def _affine(mean: torch.Tensor, std: torch.Tensor) -> Callable:
+    return lambda x: (x.double() / 255 - mean) / std
+
+
+def mistakes(train: torch.Tensor, test: torch.Tensor) -> dict[str, Callable]:
+    """cause -> what a normaliser with that mistake returns for a uint8 batch (float64)."""
+    right_mean, right_std = _stats(train)
+    batches = train.split(SPEC_BATCH)
+    per = [_stats(b) for b in batches]
+    batch_mean = torch.stack([m for m, _ in per]).mean(0)
+    batch_std = torch.stack([s for _, s in per]).mean(0)
+    both = torch.cat([train, test])
+
+    x = train.double() / 255  # sums divided by len(loader) * batch size, as if all were full
+    full = len(batches) * SPEC_BATCH * HEIGHT * WIDTH
+    as_full = x.sum((0, 2, 3), keepdim=True) / full
+    as_full_std = ((x * x).sum((0, 2, 3), keepdim=True) / full - as_full**2).sqrt()
+
+    def own_batch(x: torch.Tensor) -> torch.Tensor:
+        return _affine(*_stats(x))(x)
+
+    return {
+        "one mean and std for all channels (the statistics must be per channel)": _affine(
+            *_stats(train, (0, 1, 2, 3))
+        ),
+        "statistics of the test split (fit on the training split only)": _affine(*_stats(test)),
+        "statistics of the training and test splits together (fit on the training split "
+        "only)": _affine(*_stats(both)),
+        "the mean of the batch means and of the batch stds (batches differ, and the last one "
+        "is smaller: pool every pixel)": _affine(batch_mean, batch_std),
+        "the right mean, but the std averaged over batches (it misses how much batch means "
+        "differ: pool every pixel)": _affine(right_mean, batch_std),
+        "sums divided by the number of batches times the batch size (the last batch is "
+        "smaller: count the pixels)": _affine(as_full, as_full_std),
+        "the first batch's statistics only (use the whole training split)": _affine(*per[0]),
+        "each batch normalised with its own statistics (fit once, then apply the same "
+        "transform to every batch)": own_batch,
+        "statistics in the 0-255 scale applied to x / 255 (use one scale for both)": _affine(
+            255 * right_mean, 255 * right_std
+        ),
+        "statistics in the 0-1 scale applied to 0-255 pixels (divide by 255 first)": (
+            lambda x: (x.double() - right_mean) / right_std
+        ),
+    }
+
+
+def _apply(normalise: Callable, images: torch.Tensor) -> torch.Tensor:
+    return torch.cat([torch.as_tensor(normalise(b)).double() for b in images.split(SPEC_BATCH)])
+
+
+def _cause(got: torch.Tensor, images: torch.Tensor, causes: dict[str, Callable]) -> str:
+    """The named mistake whose output this one matches (relative to the values' size, so
+    a sample instead of a population std still matches), if exactly one does."""
+    tol = THRESHOLDS["norm_match"].value
+    hits = []
+    for cause, f in causes.items():
+        want = torch.cat([f(b) for b in images.split(SPEC_BATCH)])
+        if got.shape == want.shape and ((got - want).abs() / want.abs().clamp_min(1)).max() <= tol:
+            hits.append(cause)
+    return f" Your values match {hits[0]}." if len(hits) == 1 else ""
+
+
+def _show(t: torch.Tensor) -> str:
+    return ", ".join(f"{v:.3f}" for v in t.flatten().tolist())
+
+
+REREAD = " Reread 'Exercise 4 · Normalise the input' and its hint."
+
+
+@check(
+    "03-normalise",
+    points=2,
+    hint="Pool every pixel of the training split, per channel, in the 0-1 scale: sum x/255 and "
+    "(x/255)**2 over (N, H, W) across all batches and divide by the pixel count (not by the "
+    "number of batches). The returned function turns a uint8 batch into float32 "
+    "(x/255 - mean)/std on that batch's device, with the same mean and std for every batch.",
+)
+def check_normalise(make_normaliser: Callable) -> list:
+    train, test = specimen()
+    train_loader, test_loader = _loader(train), _loader(test)
+    normalise = make_normaliser(train_loader, test_loader)
+    causes = mistakes(train, test)
+    tol, vtol = THRESHOLDS["norm_stat_tol"].value, THRESHOLDS["norm_value_tol"].value
+
+    out = _apply(normalise, train)
+    shaped = out.shape == train.shape
+    if shaped:
+        mean, std = out.mean((0, 2, 3)), out.std((0, 2, 3), unbiased=False)
+        off = max(mean.abs().max().item(), (std - 1).abs().max().item())
+        message = (
+            f"your normalised training split, per channel: mean {_show(mean)}, std {_show(std)}"
+        )
+    else:
+        off, message = (
+            float("inf"),
+            f"your normaliser returned {tuple(out.shape)} for {tuple(train.shape)}",
+        )
+    if off > tol:
+        message += _cause(out, train, causes) or REREAD
+    parts = [
+        correct(
+            "training split per channel at mean 0, std 1",
+            off <= tol,
+            message,
+            value=off,
+            threshold=tol,
+        )
+    ]
+
+    got = _apply(normalise, test)
+    want = _affine(*_stats(train))(test)
+    err = (got - want).abs().max().item() if got.shape == want.shape else float("inf")
+    read = f" (your make_normaliser read the test split {test_loader.reads}x)" * bool(
+        test_loader.reads
+    )
+    message = (
+        f"test split normalised with the training split's statistics: largest difference "
+        f"{err:.3g} (at most {vtol:g})"
+    )
+    if err > vtol:
+        message += (_cause(got, test, causes) or REREAD) + read
+    parts.append(correct("test split, the training split's transform", err <= vtol, message))
+    return [*parts, _on_device(normalise, test)]
+
+
+def _on_device(normalise: Callable, images: torch.Tensor):
+    """On the meta device (a stand-in for a GPU): a uint8 batch there comes back float32, there."""
+    x = images[:SPEC_BATCH].to("meta")
+    try:
+        y = normalise(x)
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if "copy out of meta" in first:  # the batch's values were read back to the host
+            return correct(
+                "on the batch's device, float32",
+                False,
+                "a uint8 batch on the meta device (a stand-in for a GPU) was copied to the host "
+                f"by your normaliser ({type(exc).__name__}: {first}): on a GPU that is a "
+                "device-to-host copy and a wait per batch; convert and normalise where the "
+                "batch is",
+            )
+        # anything else is the stand-in's limit, not necessarily the learner's fault
+        return not_applicable(
+            "on the batch's device, float32",
+            f"a batch on the meta device (a stand-in for a GPU) could not run through your "
+            f"normaliser ({type(exc).__name__}: {first}); where it runs was not observed",
+        )
+    ok = isinstance(y, torch.Tensor) and y.device.type == "meta" and y.dtype == torch.float32
+    what = (
+        f"{y.dtype} on {y.device}, shape {tuple(y.shape)}"
+        if isinstance(y, torch.Tensor)
+        else type(y).__name__
+    )
+    return correct(
+        "on the batch's device, float32",
+        ok and tuple(y.shape) == tuple(x.shape),
+        f"a uint8 batch on another device (meta, standing in for a GPU) came back as {what}"
+        + ("" if ok else ": convert and normalise where the batch is, as float32"),
+    )
