@@ -288,16 +288,16 @@ def colleagues_step(fixed=()):
     edits = {
         "backward": ("            scaler.scale(loss).backward()\n", ""),
         "backward-outside": (
-            "        nn.utils.clip_grad_norm_",
-            "        scaler.scale(loss).backward()\n        nn.utils.clip_grad_norm_",
+            "        torch.nn.utils.clip_grad_norm_",
+            "        scaler.scale(loss).backward()\n        torch.nn.utils.clip_grad_norm_",
         ),
         "scaler-once": (
             "    def step(x, y):\n        scaler = torch.amp.GradScaler(device.type)\n",
             "    scaler = torch.amp.GradScaler(device.type)\n\n    def step(x, y):\n",
         ),
         "unscale": (
-            "        nn.utils.clip_grad_norm_",
-            "        scaler.unscale_(optimizer)\n        nn.utils.clip_grad_norm_",
+            "        torch.nn.utils.clip_grad_norm_",
+            "        scaler.unscale_(optimizer)\n        torch.nn.utils.clip_grad_norm_",
         ),
     }
     for fix in fixed:
