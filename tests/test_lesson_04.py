@@ -8,12 +8,16 @@ speed part is tested per device class with a faked measurement.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
 from check_helpers import fails, failure, not_attempted
 from torch import nn
 
+from course_utils import authoring
 from course_utils.lessons import mixed_precision as lesson
 from course_utils.lessons.mixed_precision import checks, demo
 
@@ -85,7 +89,7 @@ def test_late_snapshot_loses_most_gradients_in_fp16_without_scaling():
     assert demo.zero_fraction(demo.fp32_grads(model, x, y)) == 0.0
 
 
-# --- exercise 2: the AMP step ----------------------------------------------------------------
+# --- exercise 3: the AMP step ----------------------------------------------------------------
 
 
 @pytest.fixture
@@ -275,7 +279,75 @@ def test_amp_step_check_retries_a_slow_measurement_then_fails_it(monkeypatch):
     assert "speed" in exc.summary and len(calls) == 3
 
 
-# --- exercise 3: a float32 island ---------------------------------------------------------
+# --- exercise 3 is a diagnosis: the colleague's step in the notebook ------------------------
+
+
+def colleagues_step(fixed=()):
+    """The notebook's colleague step (cell 04-colleague-step), with the named mistakes fixed."""
+    cell = next(c for c in authoring.read(SOLUTION).cells if c.get("id") == "04-colleague-step")
+    source = cell.source
+    edits = {
+        "backward": ("            scaler.scale(loss).backward()\n", ""),
+        "backward-outside": (
+            "        torch.nn.utils.clip_grad_norm_",
+            "        scaler.scale(loss).backward()\n        torch.nn.utils.clip_grad_norm_",
+        ),
+        "scaler-once": (
+            "    def step(x, y):\n        scaler = torch.amp.GradScaler(device.type)\n",
+            "    scaler = torch.amp.GradScaler(device.type)\n\n    def step(x, y):\n",
+        ),
+        "unscale": (
+            "        torch.nn.utils.clip_grad_norm_",
+            "        scaler.unscale_(optimizer)\n        torch.nn.utils.clip_grad_norm_",
+        ),
+    }
+    for fix in fixed:
+        for old, new in [edits[fix]] + ([edits["backward-outside"]] if fix == "backward" else []):
+            assert old in source, fix
+            source = source.replace(old, new, 1)
+    namespace = {"torch": torch, "lesson": lesson}
+    exec(compile(source, "04-colleague-step", "exec"), namespace)
+    return namespace["colleagues_make_amp_step"]
+
+
+SOLUTION = Path(__file__).parents[1] / "solutions" / "04_mixed_precision.ipynb"
+FULL_ONLY = pytest.mark.skipif(  # 4-14 s each; their causes are covered by amp_step(...) above
+    os.environ.get("COURSE_REDTEAM") != "all", reason="CI budget: COURSE_REDTEAM=all runs it"
+)
+
+
+def test_symptom_table_shows_the_colleagues_symptoms_without_naming_a_cause():
+    table = lesson.symptom_table(colleagues_step())
+    rows = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in table.splitlines()[2:]}
+    assert [c.strip() for c in rows["autocast on in backward"]] == ["True"] * 3
+    assert rows["steps skipped"][0].strip() == f"{checks.STEPS}/{checks.STEPS}"
+    assert "unscale" not in table and "GradScaler" not in table  # measurements, no causes
+
+
+@pytest.mark.usefixtures("tiny_speed_workload")
+@pytest.mark.parametrize(
+    ("fixed", "scenario", "cause"),
+    [
+        ((), "bf16", "backward ran inside autocast"),
+        pytest.param(
+            ("backward",), "fp16, large gradients", "created once, outside", marks=FULL_ONLY
+        ),
+        pytest.param(
+            ("backward", "scaler-once"),
+            "fp16, small gradients",
+            "unscale_(optimizer) before",
+            marks=FULL_ONLY,
+        ),
+    ],
+    ids=["as-given", "backward-fixed", "scaler-fixed-too"],  # the rest: amp_step(...) above
+)
+def test_colleagues_step_fails_naming_the_next_mistake_until_all_are_fixed(fixed, scenario, cause):
+    parts = {p.name: p for p in checks.check_amp_step.__wrapped__(colleagues_step(fixed))}
+    assert parts[scenario].status == "failed"
+    assert cause in parts[scenario].message, parts[scenario].message
+
+
+# --- exercise 2: a float32 island ---------------------------------------------------------
 
 
 def island_einsum(q, k):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import random
 from collections import defaultdict
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from check_helpers import fails, failure, not_attempted, status_of
 
 from course_utils.checks import not_applicable
 from course_utils.lessons import fast_kernels as lesson
+from course_utils.lessons.fast_kernels import break_even as break_even_mod
 from course_utils.lessons.fast_kernels import checks, compiling, demo
 
 CL = torch.channels_last
@@ -331,75 +333,116 @@ def fixed_timing(monkeypatch):
     monkeypatch.setattr(compiling, "dynamo_timing", lambda: timing)
 
 
-def loop_until_caught_up(timing, compiles=1):
-    """Valid alternative: simulate both runs step by step."""
-    if timing.compiled_step_s >= timing.eager_step_s:
-        return float("inf")
-    n, eager, compiled = 0, 0.0, compiles * (timing.first_call_s - timing.compiled_step_s)
-    while compiled > eager:
-        n, eager, compiled = n + 1, eager + timing.eager_step_s, compiled + timing.compiled_step_s
-    return n
+def running_totals(timing, run_steps, compiles=1):
+    """Valid alternative: add up both runs step by step and compare at the end."""
+    eager, compiled = 0.0, compiles * (timing.first_call_s - timing.compiled_step_s)
+    for _ in range(min(run_steps, 10**5)):
+        eager, compiled = eager + timing.eager_step_s, compiled + timing.compiled_step_s
+    rest = run_steps - min(run_steps, 10**5)
+    return compiled + rest * timing.compiled_step_s < eager + rest * timing.eager_step_s
 
 
-def whole_first_call(t, compiles=1):
-    gain = t.eager_step_s - t.compiled_step_s
-    return math.ceil(compiles * t.first_call_s / gain) if gain > 0 else math.inf
+def via_break_even(timing, run_steps, compiles=1):
+    """Valid alternative: the break-even in exact fractions, then a strict comparison."""
+    eager, compiled, first = (
+        Fraction(v) for v in (timing.eager_step_s, timing.compiled_step_s, timing.first_call_s)
+    )
+    return eager > compiled and run_steps > compiles * (first - compiled) / (eager - compiled)
 
 
-def compiles_once(t, compiles=1):
-    gain = t.eager_step_s - t.compiled_step_s
-    return math.ceil((t.first_call_s - t.compiled_step_s) / gain) if gain > 0 else math.inf
+def _gain(t):
+    return t.eager_step_s - t.compiled_step_s
 
 
-def speedup_ratio(t, compiles=1):
+def tie_compiles(t, n, compiles=1):
+    return _gain(t) > 0 and n >= compiles * (t.first_call_s - t.compiled_step_s) / _gain(t)
+
+
+def whole_first_call(t, n, compiles=1):
+    return _gain(t) > 0 and n > compiles * t.first_call_s / _gain(t)
+
+
+def compiles_once(t, n, compiles=1):
+    return _gain(t) > 0 and n > (t.first_call_s - t.compiled_step_s) / _gain(t)
+
+
+def speedup_ratio(t, n, compiles=1):
     ratio = t.eager_step_s / t.compiled_step_s
+    return ratio > 1 and n > compiles * (t.first_call_s - t.compiled_step_s) / ratio
+
+
+def slower_compiles(t, n, compiles=1):
+    """Solves for the break-even without asking whether the compiled step is faster."""
+    if _gain(t) == 0:
+        return False
+    return n > compiles * (t.first_call_s - t.compiled_step_s) / _gain(t)
+
+
+def returns_break_even(t, n, compiles=1):
+    """The old exercise's answer: a number of steps, not a decision."""
     return (
-        math.ceil(compiles * (t.first_call_s - t.compiled_step_s) / ratio)
-        if ratio > 1
+        math.ceil(compiles * (t.first_call_s - t.compiled_step_s) / _gain(t))
+        if _gain(t) > 0
         else math.inf
     )
 
 
-def negative_when_slower(t, compiles=1):
-    return math.ceil(
-        compiles * (t.first_call_s - t.compiled_step_s) / (t.eager_step_s - t.compiled_step_s)
-    )
-
-
 def test_break_even_check_passes_the_reference_on_timings_measured_now():
-    result = lesson.check_break_even(lesson.reference_break_even_steps)
-    assert result.status == "passed" and part(result, "measured here").threshold is not None
+    assert lesson.check_break_even(lesson.reference_should_compile).status == "passed"
 
 
-def test_break_even_check_passes_a_step_by_step_simulation(fixed_timing):
-    assert lesson.check_break_even(loop_until_caught_up).status == "passed"
+@pytest.mark.parametrize("answer", [running_totals, via_break_even])
+def test_break_even_check_passes_valid_alternatives(fixed_timing, answer):
+    assert lesson.check_break_even(answer).status == "passed"
 
 
 @pytest.mark.parametrize(
     "wrong, cause",
     [
+        (tie_compiles, "strictly sooner"),
         (whole_first_call, "whole first call was counted as compile time"),
         (compiles_once, "compiles (one per shape) were counted once"),
         (speedup_ratio, "not their ratio"),
-        (negative_when_slower, "never pays back: return math.inf"),
+        (slower_compiles, "not faster never pays back"),
+        (returns_break_even, "not True or False"),
     ],
-    ids=[
-        "first-call-counted-whole",
-        "recompiles-ignored",
-        "ratio-not-difference",
-        "negative-steps",
-    ],
-)
+    ids=["tie-compiles", "first-call-counted-whole", "recompiles-ignored", "ratio-not-difference",
+         "slower-step-compiles", "returns-a-number"],
+)  # fmt: skip
 def test_break_even_check_fails_the_usual_mistakes_with_the_cause(fixed_timing, wrong, cause):
     exc = failure(lesson.check_break_even, wrong)
     assert exc.status == "failed" and cause in exc.summary
 
 
+def test_break_even_check_reports_a_division_by_zero_on_a_tie_without_a_traceback(fixed_timing):
+    def divides(t, n, compiles=1):
+        return n > compiles * (t.first_call_s - t.compiled_step_s) / _gain(t)
+
+    exc = failure(lesson.check_break_even, divides)
+    assert exc.status == "failed" and "divided by zero" in exc.summary
+
+
+def test_break_even_check_names_no_cause_when_no_single_mistake_explains_the_answers(fixed_timing):
+    def two_mistakes(t, n, compiles=1):
+        return _gain(t) > 0 and n >= t.first_call_s / _gain(t)
+
+    summary = failure(lesson.check_break_even, two_mistakes).summary
+    assert "see the exercise's hint" in summary and "counted once" not in summary
+
+
+def test_run_lengths_sit_on_both_sides_of_a_whole_number_break_even():
+    t = compiling.CompileTiming(first_call_s=0.5, eager_step_s=0.25, compiled_step_s=0.125)
+    assert lesson.exact_break_even(t) == 3  # a tie at 3 steps: 3 * 0.125 saved = 0.375 compile cost
+    assert break_even_mod.run_lengths(t, 1) == [3, 4, 40]
+    assert lesson.reference_should_compile(t, 3) is False
+    assert lesson.reference_should_compile(t, 4) is True
+
+
 def test_break_even_check_reports_not_attempted_and_rejects_delegation(fixed_timing):
     assert fails(lesson.check_break_even, not_attempted) == "not-attempted"
 
-    def delegating(t, compiles=1):
-        return lesson.reference_break_even_steps(t, compiles)
+    def delegating(t, n, compiles=1):
+        return lesson.reference_should_compile(t, n, compiles)
 
     assert "reference answer" in failure(lesson.check_break_even, delegating).summary
 

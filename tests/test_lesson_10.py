@@ -145,33 +145,100 @@ def test_fast_train_check_reports_not_attempted_and_refuses_the_reference():
     assert fails(lesson.check_fast_train, delegating) == "failed"
 
 
-# --- exercise 2: copy-free conversion ------------------------------------------------------
+# --- exercise 2: share when you can, copy when you must ----------------------------------
+
+
+def try_then_copy(data, dtype=None):
+    """Valid alternative: let torch try, copy into native order only when it refuses."""
+    try:
+        return torch.as_tensor(data, dtype=dtype)
+    except ValueError:
+        return torch.as_tensor(np.array(data, dtype=data.dtype.newbyteorder("=")), dtype=dtype)
+
+
+def from_numpy_then_to(data, dtype=None):
+    """Valid alternative: from_numpy where it works, .to(dtype) (a no-op for the same dtype)."""
+    if not isinstance(data, np.ndarray):
+        return torch.tensor(data, dtype=dtype)
+    if not data.dtype.isnative or any(s < 0 for s in data.strides):
+        data = data.astype(data.dtype.newbyteorder("="), order="C")
+    t = torch.from_numpy(data)
+    return t if dtype is None else t.to(dtype)
+
+
+def as_tensor_only(data, dtype=None):
+    return torch.as_tensor(data, dtype=dtype)
+
+
+def copy_keeps_byte_order(data, dtype=None):
+    """Copies a flipped view, but .copy() keeps the file's byte order."""
+    if isinstance(data, np.ndarray) and min(data.strides) < 0:
+        data = data.copy()
+    return torch.as_tensor(data, dtype=dtype)
+
+
+def contiguous_first(data, dtype=None):
+    data = np.ascontiguousarray(data, dtype=np.asarray(data).dtype.newbyteorder("="))
+    return torch.as_tensor(data, dtype=dtype)
+
+
+def bytes_reinterpreted(data, dtype=None):
+    """Reads big-endian bytes as native ones (a view, no conversion): wrong values."""
+    if isinstance(data, np.ndarray):
+        data = np.ascontiguousarray(data).view(data.dtype.newbyteorder("="))
+    return torch.as_tensor(data, dtype=dtype)
+
+
+def dtype_ignored(data, dtype=None):
+    return try_then_copy(data)
+
+
+def list_as_float64(data, dtype=None):
+    return try_then_copy(np.asarray(data), dtype)
 
 
 @pytest.mark.parametrize(
-    "right", [torch.from_numpy, torch.as_tensor], ids=["from_numpy", "as_tensor"]
+    "right", [try_then_copy, from_numpy_then_to], ids=["try-then-copy", "from-numpy-then-to"]
 )
-def test_to_tensor_check_passes_copy_free_conversions(right):
+def test_to_tensor_check_passes_conversions_that_share_when_they_can(right):
     assert lesson.check_to_tensor(right).status == "passed"
 
 
 @pytest.mark.parametrize(
     "wrong, cause",
     [
+        (as_tensor_only, "negative, and tensors with negative strides"),
         (torch.tensor, "it is a copy"),
-        (lambda a: torch.from_numpy(a.astype(np.float32)), "it is a copy"),
-        (lambda a: torch.from_numpy(a).float(), "a change of dtype is a copy"),
-        (lambda a: torch.as_tensor(a, dtype=torch.float32), "a change of dtype is a copy"),
+        (copy_keeps_byte_order, "byte order different from the native"),
+        (contiguous_first, "does NOT show in the tensor"),
+        (bytes_reinterpreted, "the values differ"),
+        (dtype_ignored, "expected torch.float32 (asked for)"),
+        (list_as_float64, "torch's for Python numbers"),
     ],
-    ids=["torch.tensor", "astype", "float", "as_tensor-dtype"],
-)
-def test_to_tensor_check_fails_conversions_that_copy(wrong, cause):
+    ids=["as_tensor-alone", "torch.tensor", "copy-keeps-byte-order", "contiguous-first",
+         "bytes-reinterpreted", "dtype-ignored", "list-as-float64"],
+)  # fmt: skip
+def test_to_tensor_check_fails_conversions_that_copy_needlessly_or_not_at_all(wrong, cause):
     assert cause in failure(lesson.check_to_tensor, wrong).summary
 
 
 def test_to_tensor_check_reports_not_attempted_and_refuses_the_reference():
     assert fails(lesson.check_to_tensor, not_attempted) == "not-attempted"
-    assert fails(lesson.check_to_tensor, lambda a: lesson.reference_to_tensor(a)) == "failed"
+    assert (
+        fails(lesson.check_to_tensor, lambda a, dtype=None: lesson.reference_to_tensor(a))
+        == "failed"
+    )
+
+
+def test_every_specimen_that_cannot_share_is_one_torch_refuses_or_must_convert():
+    from course_utils.lessons.habits.conversion import specimens
+
+    for name, s in specimens().items():
+        if s.can_share:
+            assert lesson.shares_memory(torch.as_tensor(s.data, dtype=s.dtype), s.data), name
+        elif isinstance(s.data, np.ndarray) and s.dtype is None:
+            with pytest.raises(ValueError):
+                torch.from_numpy(s.data)
 
 
 # --- exercise 3: evaluate without autograd -------------------------------------------------

@@ -2,7 +2,7 @@
 (demo), channels_last (layout), torch.compile (compiling); answers in reference, graded
 checks in checks."""
 
-from .break_even import check_break_even
+from .break_even import check_break_even, exact_break_even
 from .checks import THRESHOLDS, check_bucketing, check_channels_last
 from .compiling import (
     CompileTiming,
@@ -42,9 +42,9 @@ from .layout import (
 )
 from .reference import (
     ReferenceSqueezeExcite,
-    reference_break_even_steps,
     reference_bucket_batches,
     reference_pad_collate,
+    reference_should_compile,
     reference_to_channels_last,
 )
 
@@ -59,6 +59,7 @@ __all__ = [
     "SENet",
     "autotune_costs",
     "can_compile",
+    "exact_break_even",
     "check_break_even",
     "check_bucketing",
     "check_channels_last",
@@ -81,7 +82,7 @@ __all__ = [
     "plot_strategies",
     "random_batches",
     "recompile_limit",
-    "reference_break_even_steps",
+    "reference_should_compile",
     "reference_bucket_batches",
     "reference_pad_collate",
     "reference_to_channels_last",

@@ -1,51 +1,87 @@
-"""Lesson 05's third check: when compiling pays. Its scenarios sit on a 2**-20 s grid so that
-every right way to compute the break-even agrees to the step, and include a tie and a
-whole-number ratio, where rounding mistakes show."""
+"""Lesson 05's third check: should this run compile? The learner decides, for a timing and a
+run length, whether the compiled run finishes sooner. The scenarios sit on a 2**-20 s grid so
+that every right way to decide agrees exactly, and the run lengths sit just below, at and
+above the break-even, including a whole-number break-even where the two runs tie."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from fractions import Fraction
+
+import numpy as np
 
 from ...checks import check, correct
 from . import compiling
-from .checks import HINTS, THRESHOLDS
-from .reference import reference_break_even_steps
+from .checks import HINTS
+from .reference import reference_should_compile
 
-# --- exercise 3: when compiling pays -------------------------------------------------------
+Rule = Callable[[compiling.CompileTiming, int, int], bool]
 
 
-def _break_even_cause(timing, compiles: int, got) -> str:
-    """Name the mistake behind a wrong break-even, by trying the usual ones."""
-    gain = timing.eager_step_s - timing.compiled_step_s
-    if gain <= 0:
-        return "a compiled step that is not faster never pays back: return math.inf"
-    whole = compiles * timing.first_call_s / gain
-    once = (timing.first_call_s - timing.compiled_step_s) / gain
-    ratio = (
-        compiles
-        * (timing.first_call_s - timing.compiled_step_s)
-        / (timing.eager_step_s / timing.compiled_step_s)
+def exact_break_even(timing, compiles: int = 1) -> Fraction | float:
+    """Exact steps at which the two runs take equally long (math.inf if never): the compile
+    cost (first call minus the step it also ran, once per compile) over the gain per step."""
+    eager, compiled, first = (
+        Fraction(v) for v in (timing.eager_step_s, timing.compiled_step_s, timing.first_call_s)
     )
-    for guess, why in (
-        (whole, "the whole first call was counted as compile time; it also ran one step"),
-        (once, f"the {compiles} compiles (one per shape) were counted once; each one pays again"),
-        (ratio, "the gain per step is eager - compiled seconds, not their ratio"),
-    ):
-        if got == math.ceil(guess):
-            return why
-    return "expected the steps after which the saved time covers the compile time"
+    return compiles * (first - compiled) / (eager - compiled) if eager > compiled else math.inf
+
+
+def _faster(x: float, n: int) -> bool:
+    return n > x
+
+
+# Mistakes a half-understanding learner makes, each as the decision it leads to: a cause is
+# named only when one of them reproduces every answer the learner gave.
+MISTAKES: dict[str, tuple[str, Rule]] = {
+    "tie": (
+        "at the break-even the two runs take exactly as long: nothing is gained there, so "
+        "compile only when the compiled run is strictly sooner",
+        lambda t, n, c: n >= exact_break_even(t, c),
+    ),
+    "whole-first-call": (
+        "the whole first call was counted as compile time; it also ran one step",
+        lambda t, n, c: (
+            t.eager_step_s > t.compiled_step_s
+            and n
+            > c
+            * Fraction(t.first_call_s)
+            / (Fraction(t.eager_step_s) - Fraction(t.compiled_step_s))
+        ),
+    ),
+    "compiles-once": (
+        "the compiles (one per shape) were counted once; each one pays again",
+        lambda t, n, c: _faster(exact_break_even(t, 1), n),
+    ),
+    "ratio": (
+        "the gain per step is eager - compiled seconds, not their ratio",
+        lambda t, n, c: (
+            t.eager_step_s > t.compiled_step_s
+            and n > c * _cost(t) / (t.eager_step_s / t.compiled_step_s)
+        ),
+    ),
+    "not-faster": (
+        "a compiled step that is not faster never pays back, however long the run",
+        lambda t, n, c: t.eager_step_s < t.compiled_step_s or _faster(exact_break_even(t, c), n),
+    ),
+}
+
+
+def _cost(timing) -> float:
+    return timing.first_call_s - timing.compiled_step_s
 
 
 def _q(seconds: float) -> float:
     """Seconds on a grid of 2**-20 s (about 1 us): sums and products of a few of them are
-    exact in float64, so every right way of computing the break-even agrees to the step."""
+    exact in float64, so every right way of deciding agrees with exact fractions."""
     return round(seconds * 2**20) / 2**20
 
 
-def _break_even_scenarios(measured) -> list[tuple[str, compiling.CompileTiming, int]]:
+def _scenarios(measured) -> list[tuple[str, compiling.CompileTiming, int]]:
     first, eager = _q(measured.first_call_s), _q(measured.eager_step_s)
     faster = _q(eager / 1.25)
-    gain = _q(eager / 5)  # a whole-number ratio: the compile cost is exactly n gains
+    gain = _q(eager / 5)  # a whole-number break-even: the compile cost is exactly n gains
     n = max(2, round((first - (eager - gain)) / gain))
     return [
         (
@@ -65,64 +101,83 @@ def _break_even_scenarios(measured) -> list[tuple[str, compiling.CompileTiming, 
     ]
 
 
-def _rounding_cause(timing, compiles: int, got) -> str | None:
-    """Confirmed rounding mistakes: not a whole number, rounded down, or floor + 1 where the
-    exact answer is whole."""
-    exact = (
-        compiles
-        * (timing.first_call_s - timing.compiled_step_s)
-        / (timing.eager_step_s - timing.compiled_step_s)
-    )
-    if not float(got).is_integer():
-        return "not a whole number of steps: round up (math.ceil), a step happens whole"
-    if got == math.floor(exact) and got < exact:
-        return (
-            f"rounded down: after {got} steps the compiled run has not caught up yet "
-            f"(exactly {exact:.4g} needed): round up with math.ceil"
-        )
-    if exact.is_integer() and got == exact + 1:
-        return (
-            f"exactly {exact:.0f} steps already catch up (the totals are equal, and equal "
-            "is caught up): floor + 1 counts one step too many here; use math.ceil"
-        )
-    return None
+def run_lengths(timing, compiles: int) -> list[int]:
+    """Just below and at the first run length that is sooner compiled, and ten times it; for
+    a timing that never pays, a short and a very long run."""
+    x = exact_break_even(timing, compiles)
+    if math.isinf(x):
+        return [10, 10**7]
+    first_sooner = math.floor(x) + 1
+    return sorted({max(1, first_sooner - 1), first_sooner, 10 * first_sooner})
+
+
+def _decide(should_compile, timing, n: int, compiles: int):
+    """The learner's answer, or the exception it raised (reported, not a traceback)."""
+    try:
+        return should_compile(timing, n, compiles)
+    except ZeroDivisionError as exc:
+        return exc
+
+
+def _is_bool(x) -> bool:
+    return isinstance(x, bool | np.bool_)
+
+
+def _confirmed_cause(answers: list[tuple[object, int, int, object]]) -> str | None:
+    """The one mistake that reproduces every True/False the learner gave, if there is one
+    (an exception, reported on its own part, is no evidence either way)."""
+    given = [(t, n, c, bool(got)) for t, n, c, got in answers if _is_bool(got)]
+    if all(got == reference_should_compile(t, n, c) for t, n, c, got in given):
+        return None
+    matching = [
+        why
+        for why, rule in MISTAKES.values()
+        if all(got == rule(t, n, c) for t, n, c, got in given)
+    ]
+    return matching[0] if len(matching) == 1 else None
 
 
 @check("05-break-even", points=2, hint=HINTS["break_even"])
-def check_break_even(break_even_steps):
+def check_break_even(should_compile):
+    cases = [(*case, run_lengths(*case[1:])) for case in _scenarios(compiling.dynamo_timing())]
+    answers = [
+        [_decide(should_compile, timing, n, compiles) for n in lengths]
+        for _, timing, compiles, lengths in cases
+    ]
+    cause = _confirmed_cause(
+        [
+            (timing, n, compiles, got)
+            for (_, timing, compiles, lengths), said in zip(cases, answers, strict=True)
+            for n, got in zip(lengths, said, strict=True)
+        ]
+    )
     parts = []
-    slack = THRESHOLDS["break_even_slack"].value
-    for name, timing, compiles in _break_even_scenarios(compiling.dynamo_timing()):
-        want = reference_break_even_steps(timing, compiles)
-        try:
-            got = break_even_steps(timing, compiles)
-        except ZeroDivisionError:
-            if timing.eager_step_s != timing.compiled_step_s:
-                raise
-            parts.append(
-                correct(
-                    name,
-                    False,
-                    "your code divided by zero: a compiled step exactly as fast as eager gains "
-                    "nothing per step, so compiling never pays: return math.inf",
-                )
-            )
-            continue
-        numeric = isinstance(got, int | float) and not isinstance(got, bool)
-        ok = numeric and (got == want if math.isinf(want) else abs(got - want) <= slack)
+    for (name, timing, compiles, lengths), got in zip(cases, answers, strict=True):
+        want = [reference_should_compile(timing, n, compiles) for n in lengths]
         shown = (
-            f"first call {timing.first_call_s * 1e3:.0f} ms, eager {timing.eager_step_s * 1e3:.2f} ms, "
-            f"compiled {timing.compiled_step_s * 1e3:.2f} ms"
+            f"first call {timing.first_call_s * 1e3:.0f} ms, eager {timing.eager_step_s * 1e3:.2f} "
+            f"ms, compiled {timing.compiled_step_s * 1e3:.2f} ms, {compiles} compile(s)"
         )
-        message = f"{shown}: you said {got!r} steps, expected {want}"
-        if not ok and numeric:
-            cause = (
-                None
-                if math.isinf(want) or math.isinf(got)
-                else _rounding_cause(timing, compiles, got)
+        if any(isinstance(g, ZeroDivisionError) for g in got):
+            why = (
+                "your code divided by zero: a compiled step exactly as fast as eager gains "
+                "nothing per step, so compiling never pays: return False"
             )
-            message += f": {cause or _break_even_cause(timing, compiles, got)}"
-        parts.append(
-            correct(name, ok, message, value=float(got) if numeric else None, threshold=float(want))
-        )
+            parts.append(correct(name, False, f"{shown}: {why}"))
+            continue
+        if not all(_is_bool(g) for g in got):
+            said = ", ".join(repr(g) for g in got)
+            parts.append(correct(name, False, f"{shown}: returned {said}, not True or False"))
+            continue
+        ok = [bool(g) for g in got] == want
+        said = ", ".join(f"{n} steps: {bool(g)}" for n, g in zip(lengths, got, strict=True))
+        message = f"{shown}: you said {said}"
+        if not ok:
+            expected = ", ".join(f"{n}: {w}" for n, w in zip(lengths, want, strict=True))
+            message += f"; expected {expected}: " + (
+                cause
+                or "compile exactly when the time saved over the run exceeds the "
+                "compile cost; see the exercise's hint"
+            )
+        parts.append(correct(name, ok, message))
     return parts

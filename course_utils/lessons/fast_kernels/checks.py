@@ -65,23 +65,15 @@ THRESHOLDS = {
         "other classes, so graded on cpu-bf16 only",
         measured_on=("cpu-bf16",),
     ),
-    "break_even_slack": Threshold(
-        0,
-        "steps of disagreement allowed with the harness's break-even: none. Every scenario's "
-        "timings are multiples of 2**-20 s, so the ceil, a step-by-step simulation and exact "
-        "fractions agree to the step (no float rounding at a whole-number ratio); floor and "
-        "floor + 1 are each off by one on some scenario",
-        measured_on=(),
-    ),
 }
 HINTS = {
     "bucketing": "In bucket_batches, group indices by the size rounded up to a bucket edge "
     "(e.g. 16 px per side), cut each group into batches of batch_size; in pad_collate, pad "
     "(bottom, right) to the batch's largest side rounded up to the same edge.",
-    "break_even": "The first call compiled *and* ran a step: compile cost = first call - compiled "
-    "step. Each compile (one per shape with dynamic=False) pays it again. Gain per step = eager - "
-    "compiled seconds; if that is not positive, compiling never pays: return math.inf. Steps = "
-    "ceil(total compile cost / gain).",
+    "break_even": "Compare the two runs' totals for run_steps steps: eager run_steps * eager; "
+    "compiled compiles * (first call - compiled step) + run_steps * compiled (the first call "
+    "compiled *and* ran a step; each compile, one per shape with dynamic=False, pays again). "
+    "Compile only when the compiled total is strictly smaller: a tie gains nothing.",
     "channels_last": "Return model.to(memory_format=torch.channels_last) and "
     "x.to(memory_format=torch.channels_last); in SqueezeExcite.forward, take the channel means "
     "with x.mean((2, 3)) instead of .contiguous().view(...), and return x * gate[:, :, None, None].",

@@ -4,7 +4,6 @@ has written their own."""
 
 from __future__ import annotations
 
-import math
 import random
 from collections import defaultdict
 
@@ -68,13 +67,11 @@ def reference_to_channels_last(model: nn.Module, x: torch.Tensor) -> tuple[nn.Mo
 
 
 @reference
-def reference_break_even_steps(timing, compiles: int = 1) -> float:
-    """Steps after which compiling has paid for itself, or math.inf if it never does.
+def reference_should_compile(timing, run_steps: int, compiles: int = 1) -> bool:
+    """True when a run of `run_steps` steps finishes sooner compiled than eager.
 
-    The first call did one step's work besides compiling, so the compile cost is the first
-    call minus a compiled step; every recompile (a new shape under dynamic=False) pays it
-    again; the gain is per step, a difference of times, not their ratio."""
-    gain = timing.eager_step_s - timing.compiled_step_s
-    if gain <= 0:
-        return math.inf
-    return math.ceil(compiles * (timing.first_call_s - timing.compiled_step_s) / gain)
+    Both runs take `run_steps` steps. The compiled one pays, per compile (one per shape under
+    dynamic=False), the first call minus the step that call also ran; then a compiled step
+    each. A tie gains nothing, so it stays eager."""
+    compile_cost = compiles * (timing.first_call_s - timing.compiled_step_s)
+    return compile_cost + run_steps * timing.compiled_step_s < run_steps * timing.eager_step_s

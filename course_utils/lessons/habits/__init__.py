@@ -1,7 +1,8 @@
 """Lesson 10, habits: a slow training loop to diagnose and fix, copy-free numpy conversion,
 and evaluation without autograd. The notebook imports this package as `lesson`."""
 
-from .checks import THRESHOLDS, check_evaluate, check_fast_train, check_to_tensor
+from .checks import THRESHOLDS, check_evaluate, check_fast_train
+from .conversion import check_to_tensor
 from .demo import (
     COST_ORDER,
     Diagnosis,

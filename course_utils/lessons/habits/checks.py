@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
 import torch
 
 from ...checks import (
@@ -226,52 +225,6 @@ def remaining_costs(remaining: list[str], cls: str) -> str:
         f"{'/'.join(demo.COST_ORDER_MEASURED_ON)}; their order on {cls} was never measured, "
         "and there every sync also waits for the device)"
     )
-
-
-@check(
-    "10-to-tensor",
-    points=1,
-    hint="torch.from_numpy(array) (or torch.as_tensor(array)) wraps the array's memory. "
-    "torch.tensor always copies; .astype, .float() and a dtype= that differs from the array's "
-    "copy too; keep the dtype and convert on the device, after the one copy there.",
-)
-def check_to_tensor(to_tensor) -> list:
-    rng = np.random.default_rng(0)
-    images = rng.normal(size=(8, 3, 4, 4)).astype(np.float32)
-    cases = {
-        "float32 images": images,
-        "int64 labels": rng.integers(0, 10, 16),
-        "float64 features": rng.normal(size=(6, 5)),
-        "a column slice (strided view)": rng.normal(size=(6, 8)).astype(np.float32)[:, ::2],
-    }
-    parts = []
-    for name, array in cases.items():
-        t = to_tensor(array)
-        if not isinstance(t, torch.Tensor):
-            parts.append(correct(name, False, f"returned {type(t).__name__}, not a tensor"))
-            continue
-        shared = demo.shares_memory(t, array)
-        same = shared and tuple(t.shape) == array.shape and _dtype_name(t) == str(array.dtype)
-        if not shared:
-            why = f"a write to the array does NOT show in the tensor ({_copy_cause(t, array)})"
-        elif not same:
-            why = f"shares memory, but as {tuple(t.shape)} {t.dtype} for a {array.shape} {array.dtype} array"
-        else:
-            why = "a write to the array shows in the tensor: one memory, no copy"
-        parts.append(correct(name, same, why))
-    return parts
-
-
-def _dtype_name(t: torch.Tensor) -> str:
-    return str(t.dtype).removeprefix("torch.")
-
-
-def _copy_cause(t: torch.Tensor, array: np.ndarray) -> str:
-    if t.device.type != "cpu":
-        return f"it lives on {t.device}: return the host tensor, move it once later"
-    if _dtype_name(t) != str(array.dtype):
-        return f"{array.dtype} became {t.dtype}: a change of dtype is a copy"
-    return "it is a copy: torch.tensor, .copy(), .astype(...) and .clone() all copy"
 
 
 @check(

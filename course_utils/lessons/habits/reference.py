@@ -48,9 +48,16 @@ def reference_fast_train(
 
 
 @reference
-def reference_to_tensor(array: np.ndarray) -> torch.Tensor:
-    """A CPU tensor over the array's own memory: same dtype, shape and strides, no copy."""
-    return torch.from_numpy(array)
+def reference_to_tensor(data, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A CPU tensor over the data's own memory whenever torch can wrap it, else the one copy
+    that is needed. torch has no negative strides and reads only the machine's byte order
+    (`torch.from_numpy` raises for both), so such an array is copied once, into native
+    order; `as_tensor` then shares, or copies only for a dtype change or a list."""
+    if isinstance(data, np.ndarray) and (
+        not data.dtype.isnative or min(data.strides, default=0) < 0
+    ):
+        data = np.ascontiguousarray(data, dtype=data.dtype.newbyteorder("="))
+    return torch.as_tensor(data, dtype=dtype)
 
 
 @reference

@@ -30,6 +30,7 @@ from .reference import (
     reference_rescued_grads,
     reference_stable_scores,
 )
+from .scenarios import symptom_table, symptoms
 from .tf32 import tf32_comparison, tf32_settings
 
 __all__ = [
@@ -60,6 +61,8 @@ __all__ = [
     "scaler_trace",
     "snapshot",
     "speed_workload",
+    "symptom_table",
+    "symptoms",
     "tf32_comparison",
     "tf32_settings",
     "zero_fraction",

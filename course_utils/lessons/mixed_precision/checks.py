@@ -8,10 +8,7 @@ device has fast low-precision math (device classes cuda-tensorcore and cpu-bf16)
 
 from __future__ import annotations
 
-import copy
-
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ...checks import (
@@ -24,8 +21,8 @@ from ...checks import (
     retry_measure,
 )
 from ...device import device_class, get_device
-from . import demo
-from .instrument import StepProbe, params, worst_update
+from . import demo, scenarios
+from .scenarios import STEPS
 
 THRESHOLDS = {
     "grad_error": Threshold(
@@ -91,7 +88,6 @@ THRESHOLDS = {
     ),
 }
 NO_FP16 = f"this torch ({torch.__version__}) has no float16 CPU autocast: update torch"
-STEPS, LR, MAX_NORM = 6, 0.01, 0.5  # `early` gradient norms are 27-44: clipping always acts
 
 
 # --- exercise 1 ------------------------------------------------------------------------------
@@ -193,33 +189,15 @@ def _clean_rerun_ok(rescued_grads, name: str) -> bool:
     return max(demo.grad_errors(grads, reference)) <= THRESHOLDS["grad_error"].value
 
 
-# --- exercise 2 ------------------------------------------------------------------------------
+# --- exercise 3: the AMP step ----------------------------------------------------------------
 
 
 def _run_scenario(make_amp_step, name: str, snapshot: str, dtype: torch.dtype) -> object:
     if dtype == torch.float16 and not demo.cpu_fp16_autocast():
         return not_applicable(name, NO_FP16)
-    model, x, y = demo.snapshot(snapshot, seed=2)
-    twin = copy.deepcopy(model)
-    probe = StepProbe(model)
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
-    step = make_amp_step(probe, F.mse_loss, opt, torch.device("cpu"), dtype, MAX_NORM)
-    start, skipped, returned = params(model), 0, []
-    for _ in range(STEPS):
-        before = params(model)
-        with torch.no_grad():  # the float32 loss of these weights: what step() must return
-            want = F.mse_loss(model(x), y).item()
-        returned.append((step(x, y), want))
-        skipped += all(torch.equal(a, b) for a, b in zip(before, params(model), strict=True))
-    # float32 replays the steps the learner's scaler did not skip
-    ref_probe = StepProbe(twin)
-    ref = demo.fp32_step(ref_probe, F.mse_loss, torch.optim.SGD(twin.parameters(), lr=LR), MAX_NORM)
-    for _ in range(STEPS - skipped):
-        ref(x, y)
-    moved = [p - s for p, s in zip(params(model), start, strict=True)]
-    error, ratio = worst_update(moved, [p - s for p, s in zip(params(twin), start, strict=True)])
-    want = str(dtype).replace("torch.", "")
-    dtypes = {str(d).replace("torch.", "") for d in probe.out_dtypes}
+    run = scenarios.run_scenario(make_amp_step, name, snapshot, dtype)
+    error, ratio, skipped, scaled = run.update_error, run.update_ratio, run.skipped, run.grad_scale
+    want, dtypes = run.want, run.out_dtypes
     tol = THRESHOLDS["update_error"].value
     if dtypes != {want}:
         return correct(
@@ -229,7 +207,7 @@ def _run_scenario(make_amp_step, name: str, snapshot: str, dtype: torch.dtype) -
             f"not {want}: run model(x) and the loss under torch.autocast(device.type, "
             "dtype=dtype)",
         )
-    if any(probe.backward_autocast):
+    if run.backward_autocast:
         return correct(
             name,
             False,
@@ -241,13 +219,13 @@ def _run_scenario(make_amp_step, name: str, snapshot: str, dtype: torch.dtype) -
             name,
             False,
             f"all {STEPS} optimizer steps were skipped (parameters never "
-            "changed): after an overflow the scale must back off, which "
-            "scaler.update() does once per step",
+            "changed): after an overflow the scale must back off and stay backed off, "
+            "which scaler.update() does once per step, on a scaler created once, outside "
+            "step()",
         )
-    loss_part = _returned_loss(name, returned)
+    loss_part = _returned_loss(name, run.returned)
     if loss_part is not None:
         return loss_part
-    scaled = probe.out_grad_max[0] / max(ref_probe.out_grad_max[0], 1e-30)
     if dtype == torch.bfloat16 and scaled > 8:
         return correct(
             name,
@@ -270,8 +248,8 @@ def _run_scenario(make_amp_step, name: str, snapshot: str, dtype: torch.dtype) -
         message += (
             f"; that update is {ratio:.2g}x float32's, while backward ran with gradients "
             f"{scaled:.3g}x float32's (the scale): the optimizer did not get the gradients "
-            "divided by the scale exactly once before clipping. See 'The AMP training step', "
-            "points 3-4: scaler.unscale_(optimizer) before clip_grad_norm_, and scaler.step "
+            "divided by the scale exactly once before clipping. See the AMP step's hint "
+            "(the order): scaler.unscale_(optimizer) before clip_grad_norm_, and scaler.step "
             "(which unscales only if you did not) instead of dividing by hand"
         )
     elif error > tol and ratio > 2:
@@ -327,11 +305,7 @@ def _speed_part(effect: demo.AmpEffect, cls: str):
     "zero_grad.",
 )
 def check_amp_step(make_amp_step):
-    parts = [
-        _run_scenario(make_amp_step, "fp16, large gradients", "early", torch.float16),
-        _run_scenario(make_amp_step, "fp16, small gradients", "late", torch.float16),
-        _run_scenario(make_amp_step, "bf16", "early", torch.bfloat16),
-    ]
+    parts = [_run_scenario(make_amp_step, *scenario) for scenario in scenarios.SCENARIOS]
     if any(p.status == "failed" for p in parts):  # a wrong step's speed means nothing
         return parts + [
             not_applicable("activation memory and speed", "not measured: fix the parts above first")
@@ -360,7 +334,7 @@ def check_amp_step(make_amp_step):
     return parts
 
 
-# --- exercise 3 ------------------------------------------------------------------------------
+# --- exercise 2: a float32 island ------------------------------------------------------------
 
 
 def _diagnose_scores(stable_scores, q, k, error: float, dtype: str) -> str:

@@ -1,0 +1,127 @@
+"""Lesson 10's second check: a tensor that shares the data's memory when torch can wrap it,
+and the one copy that is needed when it cannot.
+
+torch wraps a numpy array's memory when its description fits a tensor: a dtype torch has, in
+the machine's byte order, non-negative strides, and the dtype asked for. Anything else (a
+flipped view, big-endian bytes from a file, a dtype change, a Python list) must be copied, and
+the copy must hold the same values in the right dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ...checks import check, correct
+from .demo import shares_memory
+
+
+@dataclass(frozen=True)
+class Specimen:
+    """Data as a pipeline hands it over, the dtype asked for, and whether memory can be shared."""
+
+    data: object
+    dtype: torch.dtype | None
+    can_share: bool
+
+
+def specimens() -> dict[str, Specimen]:
+    rng = np.random.default_rng(0)
+    images = rng.normal(size=(8, 3, 4, 4)).astype(np.float32)
+    return {
+        "float32 images": Specimen(images, None, True),
+        "int64 labels": Specimen(rng.integers(0, 10, 16), None, True),
+        "a column slice (strided view)": Specimen(
+            rng.normal(size=(6, 8)).astype(np.float32)[:, ::2], None, True
+        ),
+        "a transposed matrix (x.T)": Specimen(rng.normal(size=(5, 3)).T, None, True),
+        "float32 images, float32 asked for": Specimen(images.copy(), torch.float32, True),
+        "a horizontally flipped image (negative strides)": Specimen(
+            images.copy()[:, :, :, ::-1], None, False
+        ),
+        "big-endian int32 read from a file (like MNIST's idx)": Specimen(
+            rng.integers(0, 60000, 12).astype(">i4"), None, False
+        ),
+        "float64 features, float32 asked for": Specimen(
+            rng.normal(size=(6, 5)), torch.float32, False
+        ),
+        "a Python list of floats": Specimen([0.5, 1.5, -2.0, 3.25], None, False),
+    }
+
+
+def _dtype_name(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def expected_dtype(s: Specimen) -> torch.dtype:
+    """The dtype asked for, else the data's own (in native byte order; a list: torch's)."""
+    if s.dtype is not None:
+        return s.dtype
+    if isinstance(s.data, np.ndarray):
+        return torch.from_numpy(np.zeros(1, s.data.dtype.newbyteorder("="))).dtype
+    return torch.as_tensor(s.data).dtype
+
+
+def _copy_cause(t: torch.Tensor, array: np.ndarray) -> str:
+    if t.device.type != "cpu":
+        return f"it lives on {t.device}: return the host tensor, move it once later"
+    if _dtype_name(t) != str(array.dtype):
+        return f"{array.dtype} became {t.dtype}: a change of dtype is a copy"
+    return "it is a copy: torch.tensor, .copy(), .astype(...), .contiguous() and .clone() all copy"
+
+
+def _judge(name: str, s: Specimen, t) -> object:
+    want = expected_dtype(s)
+    if not isinstance(t, torch.Tensor):
+        return correct(name, False, f"returned {type(t).__name__}, not a tensor")
+    values = np.asarray(s.data)
+    if t.device.type != "cpu" or tuple(t.shape) != values.shape:
+        said = f"returned a {tuple(t.shape)} tensor on {t.device} for {values.shape} data"
+        return correct(name, False, said + ": return a CPU tensor of the data's shape")
+    if t.dtype != want:
+        asked = (
+            "asked for"
+            if s.dtype is not None
+            else "the data's own"
+            if isinstance(s.data, np.ndarray)
+            else "torch's for Python numbers"
+        )
+        return correct(name, False, f"returned {t.dtype}, expected {want} ({asked})")
+    if s.can_share:
+        if shares_memory(t, values):
+            return correct(name, True, "a write to the array shows in the tensor: no copy")
+        why = _copy_cause(t, values)
+        return correct(name, False, f"a write to the array does NOT show in the tensor ({why})")
+    close = torch.allclose(t.double(), torch.as_tensor(values.astype(np.float64)), rtol=1e-6)
+    if not close:
+        return correct(name, False, "the values differ from the data's: a copy must keep them")
+    return correct(name, True, "a copy, as it must be here, with the data's values")
+
+
+@check(
+    "10-to-tensor",
+    points=2,
+    hint="torch.as_tensor(data, dtype=dtype) shares whenever it can. It raises for arrays it "
+    "cannot wrap (negative strides, a byte order that is not the machine's): copy those once, "
+    "into native order, e.g. np.ascontiguousarray(data, dtype=data.dtype.newbyteorder('=')). "
+    "torch.tensor, .astype, .copy() and .contiguous() copy even when sharing was possible.",
+)
+def check_to_tensor(to_tensor) -> list:
+    parts = []
+    for name, s in specimens().items():
+        try:
+            t = to_tensor(s.data) if s.dtype is None else to_tensor(s.data, dtype=s.dtype)
+        except NotImplementedError:
+            raise  # not attempted yet: the harness says so
+        except (ValueError, TypeError, RuntimeError, BufferError) as exc:
+            said = (
+                f"your function raised {type(exc).__name__}: {str(exc).split('. ')[0].rstrip('.')}"
+            )
+            if isinstance(exc, ValueError | BufferError) and isinstance(s.data, np.ndarray):
+                said += "; torch cannot wrap this array: make the one copy it needs"
+            parts.append(correct(name, False, said))
+            continue
+        parts.append(_judge(name, s, t))
+    return parts

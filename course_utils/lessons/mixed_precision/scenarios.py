@@ -1,0 +1,125 @@
+"""The AMP-step scenarios: train a copy of a snapshot model with the learner's step, replay the
+steps its scaler did not skip in float32, and keep what was measured.
+
+The check (checks.py) judges a `ScenarioRun`; the notebook's symptom table (`symptoms`) prints
+the same measurements for a step it is asked to diagnose, without naming a cause.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from . import demo
+from .instrument import StepProbe, params, worst_update
+
+STEPS, LR, MAX_NORM = 6, 0.01, 0.5  # `early` gradient norms are 27-44: clipping always acts
+SCENARIOS = (  # (name, snapshot, dtype): the three situations an AMP step must handle
+    ("fp16, large gradients", "early", torch.float16),
+    ("fp16, small gradients", "late", torch.float16),
+    ("bf16", "early", torch.bfloat16),
+)
+
+
+@dataclass
+class ScenarioRun:
+    """What one scenario measured: the forward's dtypes, autocast during backward, skipped
+    steps, each returned loss beside float32's, and the parameter change vs float32's."""
+
+    name: str
+    dtype: torch.dtype
+    out_dtypes: set[str] = field(default_factory=set)
+    backward_autocast: bool = False
+    skipped: int = 0
+    returned: list[tuple[object, float]] = field(default_factory=list)
+    update_error: float = 0.0  # worst parameter tensor's relative error vs float32's change
+    update_ratio: float = 1.0  # that tensor's change, as a multiple of float32's (1: none moved)
+    grad_scale: float = 1.0  # gradient reaching the output, as a multiple of float32's
+
+    @property
+    def want(self) -> str:
+        return str(self.dtype).replace("torch.", "")
+
+
+def run_scenario(
+    make_amp_step, name: str, snapshot: str, dtype: torch.dtype, seed: int = 2
+) -> ScenarioRun:
+    """Train `STEPS` steps of the snapshot model with the learner's step, then float32 for the
+    steps that were not skipped, on a twin started from the same weights."""
+    model, x, y = demo.snapshot(snapshot, seed=seed)
+    twin = copy.deepcopy(model)
+    first = StepProbe(copy.deepcopy(model))  # float32's gradient at the output, first step
+    F.mse_loss(first(x), y).backward()
+    probe = StepProbe(model)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    step = make_amp_step(probe, F.mse_loss, opt, torch.device("cpu"), dtype, MAX_NORM)
+    run = ScenarioRun(name, dtype)
+    start = params(model)
+    for _ in range(STEPS):
+        before = params(model)
+        with torch.no_grad():  # the float32 loss of these weights: what step() must return
+            want = F.mse_loss(model(x), y).item()
+        run.returned.append((step(x, y), want))
+        run.skipped += all(torch.equal(a, b) for a, b in zip(before, params(model), strict=True))
+    ref = demo.fp32_step(twin, F.mse_loss, torch.optim.SGD(twin.parameters(), lr=LR), MAX_NORM)
+    for _ in range(STEPS - run.skipped):
+        ref(x, y)
+    moved = [p - s for p, s in zip(params(model), start, strict=True)]
+    ref_moved = [p - s for p, s in zip(params(twin), start, strict=True)]
+    run.update_error, run.update_ratio = worst_update(moved, ref_moved)
+    run.out_dtypes = {str(d).replace("torch.", "") for d in probe.out_dtypes}
+    run.backward_autocast = any(probe.backward_autocast)
+    if probe.out_grad_max:
+        run.grad_scale = probe.out_grad_max[0] / max(first.out_grad_max[0], 1e-30)
+    return run
+
+
+def _loss_ratio(run: ScenarioRun) -> float:
+    """The largest |returned / float32 - 1| over the steps, as a ratio (nan if not a number)."""
+    worst = 1.0
+    for got, want in run.returned:
+        try:
+            value = float(torch.as_tensor(got).detach().float().reshape(()))
+        except (TypeError, RuntimeError, ValueError):
+            return float("nan")
+        ratio = value / want if want else float("inf")
+        if abs(ratio - 1) > abs(worst - 1):
+            worst = ratio
+    return worst
+
+
+def symptoms(make_amp_step, seed: int = 3) -> list[dict[str, object]]:
+    """One row per scenario of what a step did, measured, for a learner to diagnose: the
+    dtypes the forward produced, autocast during backward, steps skipped, the gradient
+    reaching the output and the worst layer's update as multiples of float32's, the loss
+    returned as a multiple of float32's. No cause is named: that is the exercise."""
+    rows = []
+    for name, snapshot, dtype in SCENARIOS:
+        run = run_scenario(make_amp_step, name, snapshot, dtype, seed=seed)
+        rows.append(
+            {
+                "scenario": name,
+                "forward output": ", ".join(sorted(run.out_dtypes)) or "none",
+                "autocast on in backward": run.backward_autocast,
+                "steps skipped": f"{run.skipped}/{STEPS}",
+                "output gradient / fp32": f"{run.grad_scale:.3g}x",
+                "worst update / fp32": (
+                    f"{run.update_ratio:.3g}x" if run.skipped < STEPS else "no step taken"
+                ),
+                "returned loss / fp32": f"{_loss_ratio(run):.3g}x",
+            }
+        )
+    return rows
+
+
+def symptom_table(make_amp_step, seed: int = 3) -> str:
+    """`symptoms` as a Markdown table, one column per scenario."""
+    rows = symptoms(make_amp_step, seed)
+    keys = [k for k in rows[0] if k != "scenario"]
+    lines = ["| measured | " + " | ".join(r["scenario"] for r in rows) + " |"]
+    lines.append("|---" * (len(rows) + 1) + "|")
+    lines += [f"| {k} | " + " | ".join(str(r[k]) for r in rows) + " |" for k in keys]
+    return "\n".join(lines)
