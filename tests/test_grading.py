@@ -1,8 +1,8 @@
 """`course grade` on a toy lesson made by code: every scenario of the grading contract.
 
 The whole folder of fixture submissions is graded once (module fixture); each test then asks
-one question of the grades. A cell limit of 40 s leaves room for torch's import on a loaded
-2-core machine while keeping the hanging scenario short.
+one question of the grades. The cell limit (grading_fixtures.CELL_TIMEOUT) leaves room for
+torch's import while keeping the hanging scenario short.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import hashlib
 import json
 
 import pytest
-from grading_fixtures import TOY, make_course
+from grading_fixtures import CELL_TIMEOUT, TOY, make_course
 
 from course_utils.authoring import learner_copy, read
 from course_utils.grading import grade
@@ -75,7 +75,7 @@ def test_grade_goes_on_past_a_cell_that_raises(graded):
 
 def test_grade_marks_hanging_notebook_timeout(graded):
     row = status(graded, "solved_hang", "toy-square")
-    assert row["status"] == "timeout" and "40 s" in row["message"]
+    assert row["status"] == "timeout" and f"{CELL_TIMEOUT} s" in row["message"]
     assert status(graded, "solved_hang", "toy-double")["status"] == "passed"
 
 
@@ -129,7 +129,7 @@ def test_grade_reuses_unchanged_submissions(graded):
         [graded["subs"] / f"solved_{TOY}"],
         out=root / "out",
         solutions=graded["solutions"],
-        cell_timeout=40,
+        cell_timeout=CELL_TIMEOUT,
     )
     assert summary.reused == 1
 
@@ -176,7 +176,7 @@ def test_regrading_after_a_check_changed_grades_again(graded, monkeypatch):
     monkeypatch.setattr(grading, "grading_settings", lambda *a, **k: "a threshold was fixed")
     sub = graded["subs"] / f"solved_{TOY}"
     summary = grade(
-        [sub], out=graded["root"] / "out", solutions=graded["solutions"], cell_timeout=40
+        [sub], out=graded["root"] / "out", solutions=graded["solutions"], cell_timeout=CELL_TIMEOUT
     )
     assert summary.reused == 0
 
