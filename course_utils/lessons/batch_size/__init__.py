@@ -21,6 +21,8 @@ from .demo import (
     make_step,
     simulated_steps,
 )
+from .lars import ReferenceLAMB, ReferenceLARS
+from .lars_check import check_trust_ratio
 from .reference import (
     reference_largest_batch,
     reference_lr_schedule,
@@ -44,6 +46,8 @@ __all__ = [
     "THRESHOLDS",
     "MiB",
     "NoisyRegression",
+    "ReferenceLAMB",
+    "ReferenceLARS",
     "SimulatedMemory",
     "TrainStep",
     "budgeted",
@@ -51,6 +55,7 @@ __all__ = [
     "check_lr_schedule",
     "check_noise_scale",
     "check_throughput_sweep",
+    "check_trust_ratio",
     "fit_critical_batch",
     "is_out_of_memory",
     "knee",

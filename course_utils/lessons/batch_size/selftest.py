@@ -8,6 +8,7 @@ from ...measure import steady_cpu
 from ...mode import pick
 from . import reference as ref
 from .demo import make_step
+from .lars import ReferenceLARS
 from .regression import steps_to_target, time_to_target
 
 
@@ -18,6 +19,7 @@ def answers() -> dict:
         "02-largest-batch": lambda: (ref.reference_largest_batch,),
         "02-lr-scaling": lambda: (ref.reference_lr_schedule,),
         "02-noise-scale": lambda: (ref.reference_noise_scale,),
+        "02-trust-ratio": lambda: (ReferenceLARS,),
     }
 
 
