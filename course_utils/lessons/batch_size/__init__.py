@@ -23,6 +23,15 @@ from .demo import (
 )
 from .lars import ReferenceLAMB, ReferenceLARS
 from .lars_check import check_trust_ratio
+from .lars_choice import check_optimizer_choice, reference_choose_optimizer
+from .lars_demo import (
+    large_batch_race,
+    plot_race,
+    race_setup,
+    race_table,
+    race_target,
+    race_verdict,
+)
 from .reference import (
     reference_largest_batch,
     reference_lr_schedule,
@@ -54,18 +63,26 @@ __all__ = [
     "check_largest_batch",
     "check_lr_schedule",
     "check_noise_scale",
+    "check_optimizer_choice",
     "check_throughput_sweep",
     "check_trust_ratio",
     "fit_critical_batch",
     "is_out_of_memory",
     "knee",
     "known_cost_steps",
+    "large_batch_race",
     "largest_batch_cuda",
     "lr_per_step",
     "make_step",
     "noise_scale_start_and_end",
     "plot_critical_batch",
+    "plot_race",
     "plot_time_to_target",
+    "race_setup",
+    "race_table",
+    "race_target",
+    "race_verdict",
+    "reference_choose_optimizer",
     "reference_largest_batch",
     "reference_lr_schedule",
     "reference_noise_scale",

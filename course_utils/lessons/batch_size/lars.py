@@ -2,7 +2,7 @@
 on SGD with momentum, and LAMB (You et al. 2019, arXiv:1904.00962) on Adam's moments. PyTorch
 has neither; timm has both, and the course does not depend on it for two short classes.
 
-Convention (stated in notebook 02, section 7): tensors with more than one dimension (conv and
+Convention (stated in notebook 02, section 6): tensors with more than one dimension (conv and
 linear weights) are adapted; one-dimensional ones (biases, BatchNorm's weight and bias) get
 neither the trust ratio nor weight decay, as in LAMB's BERT recipe and Lightning Bolts' LARS.
 A layer whose weight norm or update norm is zero gets trust ratio 1 (timm's rule)."""

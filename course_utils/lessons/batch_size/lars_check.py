@@ -71,7 +71,7 @@ def _cause(got) -> str:
     if found is None:
         return (
             " (no single known mistake, nor any two, reproduces your updates: compare your step "
-            "with the formulas of section 7, one layer kind at a time)"
+            "with the formulas of section 6, one layer kind at a time)"
         )
     return (
         " (your updates are exactly LARS's with "
