@@ -83,8 +83,8 @@ MISTAKES = {
     "clip_ratio": "the trust ratio clipped at 1 (that is LARC, NVIDIA's variant; LARS does "
     "not clip)",
     "zero_ratio": "a zero-norm layer given ratio 0 (it must get 1, or it never moves)",
-    "no_eps": "a layer without gradient divides by zero: its weight became NaN (add eps to the "
-    "denominator, or give it ratio 1)",
+    "no_eps": "neither eps nor ratio 1 for a zero gradient: a layer without gradient divides "
+    "by zero and its weights become NaN (add eps to the denominator, or give it ratio 1)",
     "defaults": "the optimizer's defaults used instead of each param group's settings",
     "first_group": "the first param group's settings used for every group",
     "ratio_after_momentum": "the trust ratio applied to the momentum buffer (it scales the "
