@@ -8,6 +8,8 @@ from ...measure import steady_cpu
 from ...mode import pick
 from . import reference as ref
 from .demo import make_step
+from .lars import ReferenceLARS
+from .lars_choice import reference_choose_optimizer
 from .regression import steps_to_target, time_to_target
 
 
@@ -18,6 +20,8 @@ def answers() -> dict:
         "02-largest-batch": lambda: (ref.reference_largest_batch,),
         "02-lr-scaling": lambda: (ref.reference_lr_schedule,),
         "02-noise-scale": lambda: (ref.reference_noise_scale,),
+        "02-trust-ratio": lambda: (ReferenceLARS,),
+        "02-optimizer-choice": lambda: (reference_choose_optimizer,),
     }
 
 

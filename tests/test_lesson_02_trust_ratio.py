@@ -1,0 +1,186 @@
+"""Lesson 02, check 02-trust-ratio (tip 5, LARS): it passes a learner's LARS written as the
+notebook asks and two valid variants, fails half-understood ones naming the mistake only when
+the mistake reproduces the updates, and refuses the reference answer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from check_helpers import failure, status_of
+
+from course_utils.lessons import batch_size as lesson
+from course_utils.lessons.batch_size import lars_specimen
+
+
+class LearnerLARS(torch.optim.Optimizer):
+    """The notebook's skeleton with the solution a learner would write, and switches for the
+    mistakes a half-understanding learner makes."""
+
+    global_norm = wd_denominator_missing = adapt_biases = zero_ratio = no_eps = False
+    use_defaults = clip = False
+
+    def __init__(self, params, lr, momentum=0.9, weight_decay=0.0, trust_coef=0.001, eps=1e-8):
+        defaults = dict(
+            lr=lr, momentum=momentum, weight_decay=weight_decay, trust_coef=trust_coef, eps=eps
+        )
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self):
+        every = [p for g in self.param_groups for p in g["params"]]
+        w_all = torch.cat([q.flatten() for q in every]).norm()
+        g_all = torch.cat([q.grad.flatten() for q in every]).norm()
+        for group in self.param_groups:
+            s = self.defaults if self.use_defaults else group
+            lr, wd, eta, eps = s["lr"], s["weight_decay"], s["trust_coef"], s["eps"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                d, ratio = p.grad, 1.0
+                if p.ndim > 1 or self.adapt_biases:
+                    if self.global_norm:
+                        w_norm, g_norm = w_all, g_all
+                    else:
+                        w_norm, g_norm = p.norm(), p.grad.norm()
+                    den = g_norm + (0.0 if self.wd_denominator_missing else wd * w_norm)
+                    ratio = eta * w_norm / (den if self.no_eps else den + eps)
+                    if self.clip:  # LARC's clipping
+                        ratio = ratio.clamp(max=1.0)
+                    if not self.zero_ratio and (w_norm == 0 or (g_norm == 0 and not self.no_eps)):
+                        ratio = 1.0
+                    d = d + wd * p
+                buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
+                buf.mul_(s["momentum"]).add_(ratio * d)
+                p.add_(buf, alpha=-lr)
+
+
+class LRInsideTheBuffer(torch.optim.Optimizer):
+    """Valid: the paper's algorithm 1 literally (v = m v + lr * ratio * d; w -= v), the ratio
+    guarded by torch.where, the momentum started as torch.optim.SGD starts it."""
+
+    def __init__(self, params, lr, momentum=0.9, weight_decay=0.0, trust_coef=0.001, eps=1e-8):
+        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay,
+                                      trust_coef=trust_coef, eps=eps))  # fmt: skip
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                d, local = p.grad.clone(), torch.tensor(1.0)
+                if p.dim() >= 2:
+                    w, g = torch.linalg.vector_norm(p), torch.linalg.vector_norm(p.grad)
+                    raw = group["trust_coef"] * w / (g + group["weight_decay"] * w + group["eps"])
+                    local = torch.where((w > 0) & (g > 0), raw, torch.ones_like(raw))
+                    d.add_(p, alpha=group["weight_decay"])
+                state = self.state[p]
+                if "v" not in state:
+                    state["v"] = group["lr"] * local * d
+                else:
+                    state["v"] = group["momentum"] * state["v"] + group["lr"] * local * d
+                p.sub_(state["v"])
+
+
+class TimmStyleFloat64(torch.optim.Optimizer):
+    """Valid: timm's Lars order (weight decay added to the gradient in place, then scaled),
+    norms in float64, eps-free ratio guarded where either norm is zero."""
+
+    def __init__(self, params, lr, momentum=0.9, weight_decay=0.0, trust_coef=0.001, eps=1e-8):
+        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay,
+                                      trust_coef=trust_coef, eps=eps))  # fmt: skip
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = p.grad.clone()
+                if p.ndim > 1:
+                    w, g = p.double().norm(), grad.double().norm()
+                    ratio = 1.0
+                    if w > 0 and g > 0:
+                        ratio = float(group["trust_coef"] * w / (g + w * group["weight_decay"]))
+                    grad.add_(p, alpha=group["weight_decay"]).mul_(ratio)
+                buf = self.state[p].get("momentum_buffer")
+                if buf is None:
+                    buf = self.state[p]["momentum_buffer"] = grad.clone()
+                else:
+                    buf.mul_(group["momentum"]).add_(grad)
+                p.add_(buf, alpha=-group["lr"])
+
+
+def mistake(**switches) -> type:
+    return type("LARS", (LearnerLARS,), switches)
+
+
+class NotInPlace(LearnerLARS):
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p = p - group["lr"] * p.grad  # noqa: PLW2901 (the mistake under test)
+
+
+@pytest.mark.parametrize("answer", [LearnerLARS, LRInsideTheBuffer, TimmStyleFloat64])
+def test_trust_ratio_passes_the_notebook_answer_the_papers_order_and_timms_order(answer):
+    assert status_of(lesson.check_trust_ratio, answer) == "passed"
+
+
+@pytest.mark.parametrize(
+    "wrong, layer, cause",
+    [
+        (mistake(global_norm=True), "|w| = 40", "over all layers at once"),
+        (mistake(wd_denominator_missing=True), "|w| = 40", "denominator"),
+        (mistake(adapt_biases=True), "bias (1-D)", "biases and BatchNorm parameters adapted"),
+        (mistake(zero_ratio=True), "zero-initialised", "ratio 0"),
+        (mistake(no_eps=True), "without gradient", "divides by zero"),
+        (mistake(use_defaults=True), "|w| = 40", "defaults"),
+        (mistake(clip=True), "|w| = 40", "clipped at 1"),
+        (NotInPlace, "|w| = 40", "in place"),
+    ],
+)
+def test_trust_ratio_fails_each_mistake_on_the_layer_that_shows_it_and_names_it(
+    wrong, layer, cause
+):
+    exc = failure(lesson.check_trust_ratio, wrong)
+    assert exc.status == "failed"
+    first = next(part for part in exc.summary.split("; ") if "moved it" in part or "finite" in part)
+    assert layer in first, exc.summary
+    assert cause in exc.summary, exc.summary
+
+
+def test_trust_ratio_names_two_mistakes_together_and_no_cause_for_three():
+    two = failure(lesson.check_trust_ratio, mistake(global_norm=True, adapt_biases=True))
+    assert (
+        "over all layers at once" in two.summary and "BatchNorm parameters adapted" in two.summary
+    )
+    three = mistake(global_norm=True, adapt_biases=True, wd_denominator_missing=True)
+    exc = failure(lesson.check_trust_ratio, three)
+    assert "no single known mistake" in exc.summary
+
+
+def test_trust_ratio_not_attempted_and_reference_refused():
+    class Stub(LearnerLARS):
+        def step(self):
+            raise NotImplementedError()
+
+    class Borrowed(lesson.ReferenceLARS):
+        pass
+
+    assert status_of(lesson.check_trust_ratio, Stub) == "not-attempted"
+    assert failure(lesson.check_trust_ratio, Borrowed).status == "failed"
+    assert status_of(lesson.check_trust_ratio, lesson.ReferenceLARS) == "passed"
+
+
+def test_every_mistake_of_the_specimen_shows_on_some_layer():
+    start, right = lars_specimen.initial_weights(), lars_specimen.simulate()
+    for m in lars_specimen.MISTAKES:
+        wrong = lars_specimen.simulate(frozenset([m]))
+        assert not all(
+            lars_specimen.close(w, r, s)
+            for step_w, step_r in zip(wrong, right, strict=True)
+            for w, r, s in zip(step_w, step_r, start, strict=True)
+        ), m
