@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import pickle
-import re
 import sys
 import time
 from pathlib import Path
@@ -23,22 +22,14 @@ from check_helpers import failure, status_of
 from course_utils.authoring import learner_copy, read
 from course_utils.lessons import distributed as lesson
 from course_utils.lessons.distributed import checks as lesson_checks
+from course_utils.lessons.distributed import ending
 from course_utils.lessons.distributed import workload as lesson_workload
 from course_utils.lessons.distributed.judge import RankFailed
 from course_utils.lessons.distributed.launch import Launch
+from course_utils.lessons.distributed.reference_scripts import written_by
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "06_ddp.ipynb"
-WRITEFILE = re.compile(r"^%%writefile \{workdir\}/(?P<name>\S+)\n")
-
-
-def scripts(nb) -> dict[str, str]:
-    """file name -> text of every `%%writefile {workdir}/NAME` cell of a notebook."""
-    found = {}
-    for cell in nb.cells:
-        match = WRITEFILE.match(cell.source) if cell.cell_type == "code" else None
-        if match:
-            found[match["name"]] = cell.source[match.end() :] + "\n"
-    return found
+scripts = written_by  # file name -> what a notebook's %%writefile cells write into it
 
 
 SOLUTION = scripts(read(NOTEBOOK))
@@ -87,13 +78,20 @@ def test_ddp_check_passes_the_solution_script(tmp_path):
     folder = write(tmp_path, SOLUTION)
     result = lesson.check_ddp_script(folder / "ddp_train.py")
     assert result.status == "passed", result.message
-    same = next(p for p in result.parts if p.name == "same parameters as one process")
-    assert same.value <= lesson.THRESHOLDS["param_atol"].value
+    parts = {p.name: p for p in result.parts}
+    assert parts["same parameters as one process"].value <= lesson.THRESHOLDS["param_atol"].value
+    # the one-process run's training was made to fail, and the script still shut down
+    assert parts["shuts the process group down"].status == "passed"
+    assert parts["checkpoint loads into a plain model"].status == "passed"
+
+
+MAIN = SOLUTION["ddp_train.py"]
+LOOP = MAIN[MAIN.index("    try:") : MAIN.rindex("    ### END SOLUTION")]
 
 
 def test_ddp_check_passes_a_valid_alternative(tmp_path):
-    """Sampler from the process group's defaults, save once after training with the
-    'module.' prefix, no try/finally: all fine."""
+    """Sampler from the process group's defaults, the bare state dict saved once after
+    training, the shutdown in an `except` that re-raises and after the loop: all fine."""
     folder = write(
         tmp_path,
         SOLUTION,
@@ -102,19 +100,16 @@ def test_ddp_check_passes_a_valid_alternative(tmp_path):
             "DistributedSampler(data, seed=cfg.seed, drop_last=True)",
         ),
         ddp_train=(
-            SOLUTION["ddp_train.py"][
-                SOLUTION["ddp_train.py"].index("    try:") : SOLUTION["ddp_train.py"].index(
-                    "    ### END SOLUTION"
-                )
-            ],
-            "    for epoch in range(cfg.epochs):\n"
-            "        sampler.set_epoch(epoch)\n"
-            "        for x, y in loader:\n"
-            "            optimizer.zero_grad(set_to_none=True)\n"
-            "            F.cross_entropy(model(x), y).backward()\n"
-            "            optimizer.step()\n"
-            "    if dist.get_rank() == 0:\n"
-            "        torch.save(model.state_dict(), cfg.checkpoint)\n"
+            LOOP,
+            "    try:\n"
+            "        for epoch in range(cfg.epochs):\n"
+            "            sampler.set_epoch(epoch)\n"
+            "            train_epoch(model, loader, optimizer, device)\n"
+            "        if dist.get_rank() == 0:\n"
+            "            torch.save(model.module.state_dict(), cfg.checkpoint)\n"
+            "    except BaseException:\n"
+            "        dist.destroy_process_group()\n"
+            "        raise\n"
             "    dist.destroy_process_group()\n",
         ),
     )
@@ -216,6 +211,10 @@ ACCUMULATE = {
         "contextlib.nullcontext() if last else model.no_sync()", "model.no_sync()"
     ),
     "not_divided": SOLUTION["accumulate.py"].replace(" / k  #", "  #"),
+    "colleague": (  # exercise 2's starting point, as the notebook prints it
+        "from course_utils.lessons.distributed.colleague import colleague_accumulate\n\n"
+        "accumulate_gradients = colleague_accumulate\n"
+    ),
     "stub": scripts(learner_copy(read(NOTEBOOK), NOTEBOOK.name))["accumulate.py"],
     "delegates": (
         "from course_utils.lessons.distributed.reference import reference_accumulate\n\n\n"
@@ -267,6 +266,15 @@ def test_no_sync_check_names_each_mistake(probed, monkeypatch, name, says):
     exc = failure(lesson.check_no_sync, check_probed(probed, monkeypatch, name))
     assert exc.status == "failed"
     assert says in exc.summary
+
+
+def test_no_sync_check_names_both_mistakes_of_the_colleagues_code(probed, monkeypatch):
+    """Exercise 2's code all-reduces every micro-batch (forward outside no_sync) and leaves
+    4x the mean (losses not divided): each measurement gets its own cause."""
+    exc = failure(lesson.check_no_sync, check_probed(probed, monkeypatch, "colleague"))
+    assert exc.status == "failed"
+    assert "for 4 micro-batches: every micro-batch was all-reduced" in exc.summary
+    assert "4x the mean: divide each micro-batch's loss by 4" in exc.summary
 
 
 def test_no_sync_check_reports_not_attempted_for_the_stub(probed, monkeypatch):
@@ -334,18 +342,21 @@ def test_launch_backend_and_its_description_follow_the_gpus_present(
     monkeypatch, gpus, backend, says
 ):
     fake_gpus(monkeypatch, gpus)
+    monkeypatch.delenv("COURSE_DEVICE", raising=False)
     assert lesson_workload.launch_backend(2) == backend
     assert lesson_workload.describe_launch(2).startswith(says)
 
 
 def test_ddp_check_message_names_the_backend_and_devices(monkeypatch, tmp_path):
-    """On a two-GPU machine the launch runs NCCL: the check says so (launch faked)."""
-    fake_gpus(monkeypatch, 2)
-    monkeypatch.setenv("COURSE_DEVICE", "cpu")  # the grading process itself: no GPU here
+    """On a two-GPU machine the launch runs NCCL: the check says so (launch and backend
+    faked; the grading process itself keeps COURSE_DEVICE=cpu, having no GPU here)."""
+    monkeypatch.setattr(lesson_workload, "launch_backend", lambda world: "nccl")
+    monkeypatch.setenv("COURSE_DEVICE", "cpu")
     script = tmp_path / "ddp_train.py"
     script.write_text("")
     done = Launch(["torchrun"], 0, 3.0, 120, "")
     monkeypatch.setattr(lesson_checks, "torchrun", lambda *a, **k: done)
+    monkeypatch.setattr(lesson_checks, "start_alone", lambda *a, **k: Finished(done))
     exc = failure(lesson.check_ddp_script, script)  # no trace: the ranks did not train
     assert "2 processes (NCCL, one GPU each) finished after 3.0 s" in exc.summary
 
@@ -375,3 +386,95 @@ def test_scaling_table_and_verdict_name_gloo_on_the_cpu():
     s = lesson.Scaling(samples, {}, batch=256, world=2, device="cpu", torch="x", launch_s=1.0)
     assert "2 CPU processes, gloo, one thread each" in lesson.scaling_table(s)
     assert "2 CPU processes, gloo, one thread each, on 2 CPUs" in lesson.scaling_verdict(s, 2)
+
+
+def test_launch_backend_is_gloo_when_course_device_asks_for_the_cpu(monkeypatch):
+    fake_gpus(monkeypatch, 2)
+    monkeypatch.setenv("COURSE_DEVICE", "cpu")
+    assert lesson_workload.launch_backend(2) == "gloo"
+    assert lesson_workload.describe_launch(2).startswith("2 CPU processes (gloo")
+    monkeypatch.setenv("COURSE_DEVICE", "cuda")
+    assert lesson_workload.launch_backend(2) == "nccl"
+
+
+# --- how the script ends: checkpoint keys and shutdown, judged from made-up traces ---------
+
+
+class Finished:
+    """Stands in for a started launch (`launch.Running`) that has already ended."""
+
+    def __init__(self, launch: Launch) -> None:
+        self.launch = launch
+
+    def finish(self) -> Launch:
+        return self.launch
+
+    def kill(self) -> None:
+        pass
+
+
+def traced(*events: dict, code: int | None = 0) -> Launch:
+    return Launch(["python"], code, 1.0, 120, "", [{"t": i, **e} for i, e in enumerate(events)])
+
+
+def exits(*up: bool) -> list[dict]:
+    return [{"event": "exit", "rank": r, "process_group": u} for r, u in enumerate(up)]
+
+
+INJECTED = {"event": "injected", "rank": 0}
+
+
+def test_shutdown_passes_when_the_group_is_down_after_training_and_after_a_failure():
+    part = ending.judge_shutdown(traced(*exits(False, False)), traced(INJECTED, *exits(False)))
+    assert part.status == "passed"
+
+
+def test_shutdown_names_a_destroy_that_an_exception_jumps_over():
+    part = ending.judge_shutdown(traced(*exits(False, False)), traced(INJECTED, *exits(True)))
+    assert part.status == "failed"
+    assert "an exception jumped over it" in part.message and "`finally:`" in part.message
+
+
+def test_shutdown_names_a_destroy_never_called_from_the_main_launch():
+    part = ending.judge_shutdown(traced(*exits(True, True)), traced(INJECTED, *exits(True)))
+    assert part.status == "failed"
+    assert "ranks [0, 1] exited with their process group still initialised" in part.message
+
+
+def test_shutdown_is_not_judged_when_training_never_ran_in_the_failing_run():
+    part = ending.judge_shutdown(traced(*exits(False, False)), traced(*exits(False), code=1))
+    assert part.status == "not-applicable" and "check's limit" in part.message
+
+
+def test_shutdown_says_the_failing_run_timed_out():
+    part = ending.judge_shutdown(traced(*exits(False, False)), traced(INJECTED, code=None))
+    assert part.status == "failed" and "did not finish within 120 s" in part.message
+
+
+def saved(tmp_path, obj) -> Path:
+    torch.save(obj, tmp_path / "checkpoint.pt")
+    return tmp_path / "checkpoint.pt"
+
+
+def test_checkpoint_of_the_wrapped_model_loads_into_a_plain_model(tmp_path):
+    plain = lesson_workload.make_model().state_dict()
+    for obj in ({"model": plain, "epoch": 1}, plain):
+        state, part = ending.judge_checkpoint(saved(tmp_path, obj))
+        assert part.status == "passed" and set(state) == set(plain)
+
+
+def test_checkpoint_of_the_ddp_wrapper_names_the_module_prefix_and_the_fix(tmp_path):
+    wrapped = {f"module.{k}": v for k, v in lesson_workload.make_model().state_dict().items()}
+    state, part = ending.judge_checkpoint(saved(tmp_path, {"model": wrapped, "epoch": 1}))
+    assert part.status == "failed"
+    assert "keys start with `module.`" in part.message
+    assert "model.module.state_dict()" in part.message
+    assert not any(k.startswith("module.") for k in state)  # the parameters are still compared
+
+
+def test_checkpoint_that_is_not_a_state_dict_fails_saying_what_it_holds(tmp_path):
+    _, part = ending.judge_checkpoint(saved(tmp_path, {"weights": [1, 2], "epoch": 1}))
+    assert part.status == "failed" and "a dict with keys ['epoch', 'weights']" in part.message
+    torch.save(lesson_workload.make_model(), tmp_path / "module.pt")  # a pickled module
+    _, part = ending.judge_checkpoint(tmp_path / "module.pt")
+    assert part.status == "failed" and "weights_only=True" in part.message

@@ -3,15 +3,13 @@ named, and lesson 06's packaged reference scripts equal to the notebook's %%writ
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from course_utils.authoring import read
-from course_utils.lessons.distributed.reference_scripts import SCRIPTS
+from course_utils.lessons.distributed.reference_scripts import SCRIPTS, written_by
 from course_utils.selftest.items import LESSONS, discover, lesson_checks, lesson_selftest
 
 ROOT = Path(__file__).resolve().parents[1]
-WRITEFILE = re.compile(r"^%%writefile \{workdir\}/(?P<name>\S+)\n")
 
 
 def test_every_registered_check_has_the_reference_answers_its_lesson_gives():
@@ -37,9 +35,4 @@ def test_notebooks_that_record_an_effect_have_one_in_their_selftest():
 
 
 def test_lesson_06_reference_scripts_equal_the_notebook_cells():
-    cells = {}
-    for cell in read(ROOT / "solutions" / "06_ddp.ipynb").cells:
-        match = WRITEFILE.match(cell.source) if cell.cell_type == "code" else None
-        if match:
-            cells[match["name"]] = cell.source[match.end() :] + "\n"
-    assert SCRIPTS == cells
+    assert SCRIPTS == written_by(read(ROOT / "solutions" / "06_ddp.ipynb"))

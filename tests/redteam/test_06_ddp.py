@@ -210,10 +210,6 @@ DDP_SCRIPT = [
         r"destroy_process_group|fail|finally",
         (),
         id="wrong-no-shutdown-on-failure",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="hole kept: no launch makes training fail, so a script without try/finally passes (a second, failing launch per check call was not added: +20-30 s)",
-        ),
     ),
     pytest.param(
         setup_with(),
@@ -222,10 +218,6 @@ DDP_SCRIPT = [
         r"module|key",
         (),
         id="wrong-saves-ddp-wrapper-keys",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="hole kept: the check strips 'module.' from the saved keys on purpose (_load); whether a DDP-wrapped state dict is a mistake is the lead's call",
-        ),
     ),
     pytest.param(VALID_ENV_SETUP, train_body(), "passed", None, (), id="valid-env-ranks-drop-last"),
     pytest.param(setup_with(), VALID_LAST_SAVE, "passed", None, (), id="valid-save-once-at-end"),

@@ -2,10 +2,12 @@
 
 Modules: workload (the problem every process imports, and the trace), launch (torchrun from
 a notebook, with a deadline), probe and bench (torchrun entry points), reference (answers and
-the single-process replay), judge and checks (verdicts), demo (what the notebook shows).
+the single-process replay), colleague (exercise 2's code to diagnose), judge and ending
+(verdicts: training, then checkpoint and shutdown), checks, demo (what the notebook shows).
 """
 
 from .checks import THRESHOLDS, check_ddp_script, check_no_sync
+from .colleague import colleague_accumulate
 from .demo import (
     Scaling,
     measure_scaling,
@@ -24,6 +26,7 @@ __all__ = [
     "Scaling",
     "check_ddp_script",
     "check_no_sync",
+    "colleague_accumulate",
     "measure_scaling",
     "multinode_command",
     "plot_scaling",

@@ -10,8 +10,9 @@ hits every variant alike, it times one optimizer step of a wider MLP on the same
 - `DDP, 2 processes`: both ranks, half the batch each, gradients all-reduced;
 - `all-reduce alone`: the communication of one step, without the compute;
 - `accumulate` / `accumulate + no_sync`: 4 micro-batches per step, with the all-reduces
-  counted by a communication hook.
-Rank 0 writes the raw samples (seconds per step) and the all-reduce counts.
+  counted by a communication hook; and exercise 2's colleague's version (colleague.py),
+  whose gradient is also compared, once, with the full-batch mean gradient.
+Rank 0 writes the raw samples (seconds per step), the all-reduce counts and that ratio.
 """
 
 from __future__ import annotations
@@ -30,10 +31,28 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import workload
+from .colleague import colleague_accumulate
 from .probe import counting_allreduce
 from .reference import reference_accumulate
 
 WIDTH, DEPTH, CLASSES = 512, 3, 10
+COLLEAGUE = "accumulate x4, colleague's"
+
+
+def flat_grad(model: nn.Module) -> torch.Tensor:
+    return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+
+def grad_ratio(ddp: DDP, micro: list, accumulate) -> float:
+    """|gradient `accumulate` leaves| / |full-batch mean gradient| (reference_accumulate's)
+    on the same micro-batches and weights: 1.0 when it is the mean."""
+    grads = []
+    for fn in (accumulate, reference_accumulate):
+        ddp.zero_grad(set_to_none=True)
+        fn(ddp, micro)
+        grads.append(flat_grad(ddp))
+    ddp.zero_grad(set_to_none=True)
+    return (grads[0].norm() / grads[1].norm()).item()
 
 
 def wide_model() -> nn.Module:
@@ -135,6 +154,7 @@ def measure(args, rank: int, world: int, device) -> dict:
         "all-reduce alone": all_reduce_alone,
         "accumulate x4": together("accumulate x4", micro),
         "accumulate x4 + no_sync": together("accumulate x4 + no_sync", micro, reference_accumulate),
+        COLLEAGUE: together(COLLEAGUE, micro, colleague_accumulate),
     }
     samples: dict[str, list[float]] = {k: [] for k in variants}
     counts: dict[str, float] = {}
@@ -144,6 +164,7 @@ def measure(args, rank: int, world: int, device) -> dict:
             if r > 0 and seconds is not None:
                 samples[name].append(seconds)
     return {
+        "colleague_grad_ratio": grad_ratio(ddp, micro, colleague_accumulate),
         "samples": samples,
         "median": {k: statistics.median(v) for k, v in samples.items() if v},
         "allreduces_per_step": counts,

@@ -11,10 +11,9 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-import torch
-
 from ...checks import Part, Threshold, check, correct
 from . import workload
+from .ending import judge_checkpoint, judge_shutdown
 from .judge import (
     RankFailed,
     judge_accumulation,
@@ -22,7 +21,7 @@ from .judge import (
     judge_trace,
     raise_learner_exception,
 )
-from .launch import Launch, describe_failure, torchrun
+from .launch import Launch, Running, describe_failure, start_alone, torchrun
 
 WORLD = 2  # processes per check: enough to show sharding and averaging, fits a 2-core CPU
 
@@ -65,7 +64,8 @@ def _launch_error(launch: Launch, what: str) -> None:
     points=4,
     hint="init_process_group from torchrun's environment; wrap the model in DDP; a "
     "DistributedSampler per process with batch_size = global batch // world size; "
-    "sampler.set_epoch(epoch) at the start of every epoch; torch.save only on rank 0.",
+    "sampler.set_epoch(epoch) at the start of every epoch; torch.save of "
+    "model.module.state_dict() only on rank 0; destroy_process_group() in a `finally:`.",
 )
 def check_ddp_script(script, *, timeout_s: float | None = None) -> list[Part]:
     script = Path(script)
@@ -74,33 +74,60 @@ def check_ddp_script(script, *, timeout_s: float | None = None) -> list[Part]:
     with tempfile.TemporaryDirectory(prefix="course06-") as out:
         cfg = workload.Config(epochs=2, batch_size=32, lr=0.1, seed=0)
         cfg.checkpoint = Path(out) / "checkpoint.pt"
-        args = ["--epochs", cfg.epochs, "--batch-size", cfg.batch_size, "--lr", cfg.lr,
-                "--seed", cfg.seed, "--checkpoint", cfg.checkpoint]  # fmt: skip
         timeout = timeout_s or THRESHOLDS["launch_timeout_s"].value
-        launch = torchrun(script, args, nproc=WORLD, timeout_s=timeout)
-        if launch.timed_out:
-            return [correct("runs under torchrun", False, describe_failure(launch))]
-        teardown = launch.returncode != 0 and finished_cleanly(launch, WORLD)
-        if launch.returncode != 0 and not teardown:
-            _launch_error(launch, script.name)
-        note = (
-            f"; exit code {launch.returncode} came from a process aborting in the C++ "
-            "teardown after every rank's Python had finished (a known gloo race), not your code"
-            if teardown
-            else ", exit code 0"
+        # beside the real launch, one process whose training the check makes fail
+        failing = start_alone(
+            script, _args(cfg, Path(out) / "failing.pt"), timeout_s=timeout, env=_failing_env()
         )
-        parts = [
-            correct(
-                "runs under torchrun",
-                True,
-                f"{workload.describe_launch(WORLD)} finished after {launch.seconds:.1f} s{note}",
-            )
-        ]
-        parts += judge_trace(launch, cfg, WORLD)
-        state = _load(cfg.checkpoint)
-        if state is not None and _consistent(launch):
-            parts.append(judge_parameters(launch, cfg, state, THRESHOLDS["param_atol"].value))
-        return parts
+        try:
+            launch = torchrun(script, _args(cfg, cfg.checkpoint), nproc=WORLD, timeout_s=timeout)
+            return _judge_launch(script, launch, failing, cfg)
+        finally:
+            failing.kill()
+
+
+def _args(cfg: workload.Config, checkpoint: Path) -> list:
+    return ["--epochs", cfg.epochs, "--batch-size", cfg.batch_size, "--lr", cfg.lr,
+            "--seed", cfg.seed, "--checkpoint", checkpoint]  # fmt: skip
+
+
+def _failing_env() -> dict:
+    """Every training forward raises; and the one process uses the backend of the main
+    launch (on one GPU, a world of one would otherwise pick NCCL while the check's two
+    processes run gloo)."""
+    env = {workload.FAIL_ENV: "1"}
+    if workload.launch_backend(WORLD) == "gloo":
+        env["COURSE_DEVICE"] = "cpu"
+    return env
+
+
+def _judge_launch(script: Path, launch: Launch, failing: Running, cfg) -> list[Part]:
+    if launch.timed_out:
+        return [correct("runs under torchrun", False, describe_failure(launch))]
+    teardown = launch.returncode != 0 and finished_cleanly(launch, WORLD)
+    if launch.returncode != 0 and not teardown:
+        _launch_error(launch, script.name)
+    note = (
+        f"; exit code {launch.returncode} came from a process aborting in the C++ "
+        "teardown after every rank's Python had finished (a known gloo race), not your code"
+        if teardown
+        else ", exit code 0"
+    )
+    parts = [
+        correct(
+            "runs under torchrun",
+            True,
+            f"{workload.describe_launch(WORLD)} finished after {launch.seconds:.1f} s{note}",
+        )
+    ]
+    parts += judge_trace(launch, cfg, WORLD)
+    state, loads = judge_checkpoint(cfg.checkpoint)
+    if loads is not None:
+        parts.append(loads)
+    if state is not None and _consistent(launch):
+        parts.append(judge_parameters(launch, cfg, state, THRESHOLDS["param_atol"].value))
+    parts.append(judge_shutdown(launch, failing.finish()))
+    return parts
 
 
 def finished_cleanly(launch: Launch, world: int) -> bool:
@@ -113,15 +140,6 @@ def finished_cleanly(launch: Launch, world: int) -> bool:
 def _consistent(launch: Launch) -> bool:
     counts = Counter(e["rank"] for e in launch.of("forward"))
     return len(counts) == WORLD and len(set(counts.values())) == 1
-
-
-def _load(path: Path) -> dict | None:
-    if not path.exists():
-        return None
-    obj = torch.load(path, map_location="cpu", weights_only=True)
-    if isinstance(obj, dict) and isinstance(obj.get("model"), dict):
-        obj = obj["model"]
-    return {k.removeprefix("module."): v for k, v in obj.items()} if isinstance(obj, dict) else {}
 
 
 # --- exercise 2: gradient accumulation with no_sync ---------------------------------------
@@ -148,9 +166,9 @@ def measure_no_sync(paths: list[Path], timeout_s: float | None = None) -> dict[s
 @check(
     "06-no-sync",
     points=3,
-    hint="Run forward AND backward of every micro-batch but the last inside "
-    "`with model.no_sync():` (DDP decides at forward time whether to synchronise), and "
-    "divide each micro-batch's loss by the number of micro-batches.",
+    hint="Set each measurement beside what was meant: the all-reduces beside one synchronised "
+    "backward's buckets (section 5: when does DDP decide to synchronise?), the gradient beside "
+    "the full-batch mean (what is a sum of k means?).",
 )
 def check_no_sync(path, *, timeout_s: float | None = None) -> list[Part]:
     path = Path(path).resolve()

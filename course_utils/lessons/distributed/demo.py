@@ -48,6 +48,7 @@ class Scaling:
     torch: str
     launch_s: float
     backend: str = "gloo"
+    colleague_grad_ratio: float = float("nan")  # exercise 2: |its gradient| / |the mean|
 
     @property
     def on_cpu(self) -> bool:
@@ -105,7 +106,7 @@ def measure_scaling(timeout_s: float = 180) -> Scaling:
         r = json.loads(report.read_text())
     return Scaling(
         r["samples"], r["allreduces_per_step"], r["batch"], r["world"], r["device"],
-        r["torch"], launch.seconds, r.get("backend", "gloo"),
+        r["torch"], launch.seconds, r.get("backend", "gloo"), r["colleague_grad_ratio"],
     )  # fmt: skip
 
 

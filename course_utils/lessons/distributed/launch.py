@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,7 +73,80 @@ class Launch:
         return "\n".join(self.output.strip().splitlines()[-lines:])
 
 
-def torchrun(
+class Running:
+    """A launch under way: `finish()` waits for it (up to its deadline) and reads its trace.
+
+    Started by `start_torchrun` or `start_alone`, so that two launches can run at once.
+    `stop_at`: an event after which nothing more is needed from the process: once the trace
+    holds it, the process is killed (a watcher thread) instead of being waited for.
+    """
+
+    def __init__(
+        self, command: list[str], cwd, env: dict, timeout_s: float, stop_at: str | None = None
+    ) -> None:
+        self.command, self.timeout_s = command, timeout_s
+        self._trace = tempfile.TemporaryDirectory(prefix="course06-trace-")
+        env = {**env, TRACE_ENV: self._trace.name}
+        self._start = time.perf_counter()
+        self._proc = subprocess.Popen(
+            command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True,
+        )  # fmt: skip
+        if stop_at:
+            threading.Thread(target=self._stop_at, args=(stop_at,), daemon=True).start()
+
+    def _stop_at(self, event: str) -> None:
+        needle = f'"event": "{event}"'
+        while self._proc.poll() is None:
+            try:
+                seen = any(needle in p.read_text() for p in Path(self._trace.name).glob("*.jsonl"))
+            except OSError:  # the trace was removed: the launch is over
+                return
+            if seen:
+                self._proc.kill()
+                return
+            time.sleep(0.1)
+
+    def finish(self) -> Launch:
+        left = max(1.0, self.timeout_s - (time.perf_counter() - self._start))
+        try:
+            output, _ = self._proc.communicate(timeout=left)
+            code = self._proc.returncode
+        except subprocess.TimeoutExpired:
+            _kill_group(self._proc)
+            output, _ = self._proc.communicate()
+            code = None
+        except BaseException:  # an interrupted cell (KeyboardInterrupt) must not leave ranks
+            self.kill()
+            raise
+        seconds = time.perf_counter() - self._start
+        events = _read(self._trace.name)
+        self._trace.cleanup()
+        return Launch(self.command, code, seconds, self.timeout_s, output, events)
+
+    def kill(self) -> None:
+        """Stop it now (a launch beside one that failed), and remove its trace."""
+        if self._proc.poll() is None:
+            _kill_group(self._proc)
+        self._trace.cleanup()
+
+
+def _environment(learner: bool, env: dict | None) -> dict:
+    """One intra-op thread per process: two processes on two cores would otherwise each start
+    one thread per core and fight over them."""
+    run_env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "OMP_WAIT_POLICY": "PASSIVE",
+        "PYTHONUNBUFFERED": "1",
+        **(env or {}),
+    }
+    if learner:
+        run_env[LEARNER_ENV] = "1"
+    return run_env
+
+
+def start_torchrun(
     script: Path | str,
     args: list[str] = (),
     *,
@@ -81,50 +155,46 @@ def torchrun(
     learner: bool = True,
     module: bool = False,
     env: dict | None = None,
-) -> Launch:
-    """Run `script` (a file, or a module with `module=True`) on `nproc` local processes.
-
-    One intra-op thread per process: two processes on two cores would otherwise each start
-    one thread per core and fight over them.
-    """
+) -> Running:
+    """Start `script` (a file, or a module with `module=True`) on `nproc` local processes."""
     script = script if module else Path(script).resolve()  # it runs in its own folder
     target = ["-m", str(script)] if module else [str(script)]
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone",
         f"--nproc_per_node={nproc}", *target, *map(str, args),
     ]  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="course06-trace-") as trace:
-        run_env = {
-            **os.environ,
-            "OMP_NUM_THREADS": "1",
-            "OMP_WAIT_POLICY": "PASSIVE",
-            "PYTHONUNBUFFERED": "1",
-            TRACE_ENV: trace,
-            **(env or {}),
-        }
-        if learner:
-            run_env[LEARNER_ENV] = "1"
-        cwd = Path(script).parent if not module else None
-        start = time.perf_counter()
-        proc = subprocess.Popen(
-            command,
-            cwd=cwd,
-            env=run_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        try:
-            output, _ = proc.communicate(timeout=timeout_s)
-            code = proc.returncode
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            output, _ = proc.communicate()
-            code = None
-        except BaseException:  # an interrupted cell (KeyboardInterrupt) must not leave ranks
-            _kill_group(proc)
-            raise
-        return Launch(command, code, time.perf_counter() - start, timeout_s, output, _read(trace))
+    cwd = Path(script).parent if not module else None
+    return Running(command, cwd, _environment(learner, env), timeout_s)
+
+
+def torchrun(script: Path | str, args: list[str] = (), **options) -> Launch:
+    """Run `script` under torchrun and wait for it (options: those of `start_torchrun`)."""
+    return start_torchrun(script, args, **options).finish()
+
+
+# What torchrun gives each process, for a world of one. MASTER_PORT 0: the store that rank
+# 0 hosts binds a free port itself, so parallel graders never collide.
+ALONE_ENV = {
+    "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+    "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "ROLE_RANK": "0", "ROLE_WORLD_SIZE": "1",
+    "ROLE_NAME": "default", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0",
+}  # fmt: skip
+
+
+def start_alone(
+    script: Path | str, args: list[str] = (), *, timeout_s: float = 120, env: dict | None = None
+) -> Running:
+    """Start `script` as ONE process with the environment torchrun would give it (world size
+    1), without torchrun: one interpreter importing torch instead of two, cheap enough to run
+    beside a check's main launch. It is killed once Python's exit is traced (workload's atexit
+    record): the seconds that torch's teardown takes on a loaded machine tell the check nothing,
+    and its exit code is then -9."""
+    script = Path(script).resolve()
+    command = [sys.executable, str(script), *map(str, args)]
+    run_env = {**_environment(True, env), **ALONE_ENV}
+    for name in ("TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID"):
+        run_env.pop(name, None)  # rank 0 hosts its own store, as without an agent
+    return Running(command, script.parent, run_env, timeout_s, stop_at="exit")
 
 
 def _is_echo(message: str) -> bool:

@@ -6,8 +6,10 @@ is why it lives in course_utils and not in the notebook (see the lesson on pickl
 
 When $COURSE_DDP_TRACE names a folder (the check sets it), each process records what it did
 there, one JSON line per event: which samples each training forward saw, every `torch.save`,
-and an uncaught exception. The check reads behaviour from this trace, never from what the
-script prints.
+an uncaught exception, and whether the process group was still up when Python exited. When
+$COURSE_DDP_FAIL is set too, every training forward raises `InjectedFailure`: the check's
+way of making training fail, to see whether the script still shuts its process group down.
+The check reads behaviour from this trace, never from what the script prints.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch
 from torch import nn
 
 TRACE_ENV = "COURSE_DDP_TRACE"  # folder for the per-process trace files
+FAIL_ENV = "COURSE_DDP_FAIL"  # set: every training forward raises InjectedFailure
 N_SAMPLES, N_FEATURES, N_CLASSES, HIDDEN = 128, 16, 4, 32
 
 
@@ -78,10 +81,18 @@ def make_optimizer(params, lr: float) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=lr, momentum=0.9)
 
 
+class InjectedFailure(RuntimeError):
+    """Raised by a training forward when the check makes training fail on purpose."""
+
+
 def launch_backend(world: int) -> str:
     """The backend a launch of `world` processes uses on this machine: NCCL with one GPU per
     process when there are enough GPUs, otherwise gloo on the CPU (a laptop, or Colab's
-    single GPU: the lesson still runs two processes)."""
+    single GPU: the lesson still runs two processes). $COURSE_DEVICE naming a device other
+    than a GPU (`cpu`) asks for the CPU, so gloo, whatever GPUs there are."""
+    requested = os.environ.get("COURSE_DEVICE")
+    if requested and torch.device(requested).type != "cuda":
+        return "gloo"
     return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world else "gloo"
 
 
@@ -96,7 +107,8 @@ def describe_launch(world: int, backend: str | None = None) -> str:
 
 def backend_and_device(local_rank: int) -> tuple[str, torch.device]:
     """This rank's backend (`launch_backend`) and device: its own GPU under NCCL, the CPU
-    under gloo."""
+    under gloo. The course's own torchrun entry points (probe.py, bench.py) use it; the
+    notebook's script writes these lines itself, since on GPUs they are the ones to know."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if launch_backend(world) == "nccl":
         torch.cuda.set_device(local_rank)
@@ -139,7 +151,20 @@ def _trace_forward(module: nn.Module, inputs: tuple) -> None:
         x = make_dataset().tensors[0]
         _LOOKUP.update({v: i for i, v in enumerate(x[:, 0].tolist())})
     first = inputs[0].detach()[:, 0].float().cpu().tolist()
+    if os.environ.get(FAIL_ENV):
+        record("injected")
+        raise InjectedFailure(
+            "the check made this training forward fail on purpose, to see the process group "
+            "shut down"
+        )
     record("forward", samples=[_LOOKUP.get(v, -1) for v in first])
+
+
+def _record_exit() -> None:
+    """Python is shutting down: say whether this process left its process group up."""
+    import torch.distributed as dist
+
+    record("exit", process_group=dist.is_available() and dist.is_initialized())
 
 
 def _install_trace() -> None:
@@ -160,7 +185,7 @@ def _install_trace() -> None:
     sys.excepthook = traced_excepthook
     # Python shut down normally (atexit runs after the script's last line, before the C++
     # runtime tears down): a crash after this is gloo's teardown, not the learner's code
-    atexit.register(record, "exit")
+    atexit.register(_record_exit)
 
 
 if os.environ.get(TRACE_ENV) and not getattr(torch.save, "_course_traced", False):
