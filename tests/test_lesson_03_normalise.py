@@ -160,6 +160,62 @@ def test_fails_a_normaliser_that_copies_the_batch_to_the_host():
     assert "copied to the host" in exc.summary
 
 
+def _right(train):
+    x = _cat(train).float() / 255
+    return x.mean((0, 2, 3), keepdim=True), x.std((0, 2, 3), keepdim=True)
+
+
+def test_fails_statistics_left_on_the_cpu_saying_where_they_stay():
+    def on_cpu(train, test):
+        mean, std = _right(train)
+        return lambda b: (b.float() / 255 - mean) / std
+
+    exc = failure(lesson.check_normalise, on_cpu)
+    assert "tensors on two devices" in exc.summary and "stay on the CPU" in exc.summary
+
+
+def test_fails_statistics_moved_once_to_the_first_device_seen():
+    def first_device(train, test):
+        mean, std = _right(train)
+        kept = {}
+
+        def normalise(b):
+            kept.setdefault("m", (mean.to(b.device), std.to(b.device)))
+            return (b.float() / 255 - kept["m"][0]) / kept["m"][1]
+
+        return normalise
+
+    exc = failure(lesson.check_normalise, first_device)
+    assert "first device it sees" in exc.summary and "stay on the CPU" not in exc.summary
+
+
+def test_fails_numpy_per_batch_as_a_host_only_call():
+    def via_numpy(train, test):
+        mean, std = (t.numpy() for t in _right(train))
+        return lambda b: torch.from_numpy((b.numpy() / 255 - mean) / std).float()
+
+    exc = failure(lesson.check_normalise, via_numpy)
+    assert "called .numpy()" in exc.summary and "numpy works on host memory only" in exc.summary
+
+
+def test_an_op_the_meta_stand_in_lacks_is_its_limit_not_the_learners():
+    def clips_outliers(train, test):  # boolean-mask reads need nonzero(), which meta lacks
+        mean, std = _right(train)
+
+        def normalise(b):
+            y = (b.float() / 255 - mean.to(b.device)) / std.to(b.device)
+            hot = y > 6
+            y[hot] = y[hot].clamp(max=6)
+            return y
+
+        return normalise
+
+    result = lesson.check_normalise(clips_outliers)
+    device = next(p for p in result.parts if p.name == "on the batch's device, float32")
+    assert result.status == "passed" and device.status == "not-applicable"
+    assert "does not implement" in device.message and "not your code's fault" in device.message
+
+
 def test_fails_a_normaliser_that_returns_float64():
     def doubles(train, test):
         x = _cat(train).double() / 255

@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from ...checks import Threshold, check, correct, not_applicable
+from .probes import DeviceFaults, stand_in_fault, stand_in_limit
 
 THRESHOLDS = {
     "norm_stat_tol": Threshold(
@@ -215,31 +216,31 @@ def check_normalise(make_normaliser: Callable) -> list:
     if err > vtol:
         message += (_cause(got, test, causes) or REREAD) + read
     parts.append(correct("test split, the training split's transform", err <= vtol, message))
-    return [*parts, _on_device(normalise, test)]
+    refit = lambda: make_normaliser(*map(_loader, specimen()))  # noqa: E731
+    return [*parts, _on_device(normalise, test, refit)]
 
 
-def _on_device(normalise: Callable, images: torch.Tensor):
-    """On the meta device (a stand-in for a GPU): a uint8 batch there comes back float32, there."""
+_DEVICE_PART = "on the batch's device, float32"
+
+
+def _on_device(normalise: Callable, images: torch.Tensor, refit: Callable[[], Callable]):
+    """On the meta device (a stand-in for a GPU): a uint8 batch there comes back float32, there.
+    An error there is the learner's when DeviceFaults saw its cause (a read back to the host,
+    or tensors on two devices in one operation), else the stand-in's limit."""
     x = images[:SPEC_BATCH].to("meta")
+    faults = DeviceFaults()
     try:
-        y = normalise(x)
+        with faults:
+            y = normalise(x)
     except Exception as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        if "copy out of meta" in first:  # the batch's values were read back to the host
-            return correct(
-                "on the batch's device, float32",
-                False,
-                "a uint8 batch on the meta device (a stand-in for a GPU) was copied to the host "
-                f"by your normaliser ({type(exc).__name__}: {first}): on a GPU that is a "
-                "device-to-host copy and a wait per batch; convert and normalise where the "
-                "batch is",
+        fault = stand_in_fault(exc, faults, "meta")
+        if fault is None:
+            return not_applicable(
+                _DEVICE_PART,
+                "a batch on meta: " + stand_in_limit(exc, "meta", "where your normaliser runs"),
             )
-        # anything else is the stand-in's limit, not necessarily the learner's fault
-        return not_applicable(
-            "on the batch's device, float32",
-            f"a batch on the meta device (a stand-in for a GPU) could not run through your "
-            f"normaliser ({type(exc).__name__}: {first}); where it runs was not observed",
-        )
+        where = _where_statistics(refit, images) if faults.mixed and not faults.host_reads else ""
+        return correct(_DEVICE_PART, False, f"a batch on meta: {fault}{where}")
     ok = isinstance(y, torch.Tensor) and y.device.type == "meta" and y.dtype == torch.float32
     what = (
         f"{y.dtype} on {y.device}, shape {tuple(y.shape)}"
@@ -247,8 +248,44 @@ def _on_device(normalise: Callable, images: torch.Tensor):
         else type(y).__name__
     )
     return correct(
-        "on the batch's device, float32",
+        _DEVICE_PART,
         ok and tuple(y.shape) == tuple(x.shape),
         f"a uint8 batch on another device (meta, standing in for a GPU) came back as {what}"
         + ("" if ok else ": convert and normalise where the batch is, as float32"),
     )
+
+
+def _raises_mixed(normalise: Callable, x: torch.Tensor) -> bool | None:
+    """True: raised with tensors on two devices; False: ran; None: raised otherwise."""
+    faults = DeviceFaults()
+    try:
+        with faults:
+            normalise(x)
+    except Exception:
+        return True if faults.mixed else None
+    return False
+
+
+def _where_statistics(refit: Callable[[], Callable], images: torch.Tensor) -> str:
+    """Where a fresh normaliser keeps its statistics: run it on a meta batch first, then on a
+    CPU batch. Fails on the first: they stay on the CPU; only on the second: they moved to
+    the first device seen and stayed there."""
+    try:
+        fresh = refit()
+        first = _raises_mixed(fresh, images[:SPEC_BATCH].to("meta"))
+        second = _raises_mixed(fresh, images[:SPEC_BATCH]) if first is False else None
+    except Exception:
+        return ""
+    if first:
+        return (
+            ". A fresh normaliser given a meta batch first fails the same way: its statistics "
+            "stay on the CPU, where they were computed; move them to each batch's device "
+            "(`.to(images.device)`)"
+        )
+    if second:
+        return (
+            ". A fresh normaliser given a meta batch first ran, then failed on a CPU batch: it "
+            "keeps its statistics on the first device it sees; move them to each batch's "
+            "device (or keep one copy per device)"
+        )
+    return ""
