@@ -142,7 +142,8 @@ class TransferSpy(TorchFunctionMode):
 
 
 _HOST_READS = ("numpy", "__array__", "item", "tolist", "cpu", "__bool__", "__float__", "__int__")
-_CROSSING = (*_COPIES, "copy_", "clone", "pin_memory", "is_pinned", "detach")  # may span devices
+# calls that may take tensors on two devices (copies; a GPU also copies a CPU value on setitem)
+_CROSSING = (*_COPIES, "copy_", "__setitem__", "clone", "pin_memory", "is_pinned", "detach")
 
 
 def _tensors(values) -> list[torch.Tensor]:
