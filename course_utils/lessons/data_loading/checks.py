@@ -37,7 +37,14 @@ from .demo import (
 )
 from .normalise_check import THRESHOLDS as NORMALISE_THRESHOLDS
 from .observe import observe_loader
-from .probes import Bookended, TransferSpy, parallel_speedup, uint8_batch
+from .probes import (
+    Bookended,
+    DeviceFaults,
+    TransferSpy,
+    parallel_speedup,
+    stand_in_part,
+    uint8_batch,
+)
 from .reference import reference_to_device
 
 THRESHOLDS = {
@@ -292,8 +299,13 @@ def _copies(to_device: Callable, pins_before: int = 0) -> list:
     pageable = uint8_batch()
     pinned = tuple(t.clone() for t in pageable)
     spy.pinned_ids.update(id(t) for t in pinned)
-    with spy:
-        outs = [to_device(b, meta, CIFAR_MEAN, CIFAR_STD) for b in (pageable, pinned)]
+    faults = DeviceFaults()  # outside the spy: it sees the calls the spy passes on
+    try:
+        with faults, spy:
+            outs = [to_device(b, meta, CIFAR_MEAN, CIFAR_STD) for b in (pageable, pinned)]
+    except Exception as exc:
+        unseen = "where the batch goes, the bytes that cross, pinning and non_blocking"
+        return [stand_in_part("on the device given", exc, faults, unseen)]
     pins = spy.pinned_pageable + pins_before
     cuda_pins, cuda_copies, cuda_error = _as_cuda(to_device)
     pins += cuda_pins
@@ -363,21 +375,12 @@ def _as_cuda(to_device: Callable) -> tuple[int, list, list]:
     pinned = tuple(t.clone() for t in pageable)
     spy.pinned_ids.update(id(t) for t in pinned)
     cuda = torch.device("cuda")  # made outside the spy, which turns cuda devices into meta
+    faults = DeviceFaults()  # outside the spy: it sees cuda already turned into meta
     try:
-        with spy:
+        with faults, spy:
             for batch in (pageable, pinned):
                 to_device(batch, cuda, CIFAR_MEAN, CIFAR_STD)
-    except Exception as exc:  # the stand-in's limit, not the learner's fault
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return (
-            0,
-            [],
-            [
-                not_applicable(
-                    "asked for cuda",
-                    f"with device cuda on this GPU-less machine the meta stand-in could not run your "
-                    f"code ({type(exc).__name__}: {first}); pinning and non_blocking for cuda not observed",
-                )
-            ],
-        )
+    except Exception as exc:  # the learner's fault if a device fault was seen, else the stand-in's
+        unseen = "pinning and non_blocking with device cuda"
+        return 0, [], [stand_in_part("asked for cuda", exc, faults, unseen)]
     return spy.pinned_pageable, spy.copies, []

@@ -14,6 +14,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils.data import DataLoader
 
+from ...checks import Part, correct, not_applicable
+
 
 class _SpawnPickler(pickle.Pickler):
     """Pickles as spawn/forkserver do, and refuses what a fresh worker process cannot import."""
@@ -137,6 +139,118 @@ class TransferSpy(TorchFunctionMode):
                     self.copies.append((self.is_pinned(src), _nb_flag(name, args, kwargs)))
                     self.sources.append("images" if src.dim() == 4 else "labels")
         return out
+
+
+_HOST_READS = ("numpy", "__array__", "item", "tolist", "cpu", "__bool__", "__float__", "__int__")
+# calls that may take tensors on two devices (copies; a GPU also copies a CPU value on setitem)
+_CROSSING = (*_COPIES, "copy_", "__setitem__", "clone", "pin_memory", "is_pinned", "detach")
+
+
+def _tensors(values) -> list[torch.Tensor]:
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, list | tuple):
+            out.extend(_tensors(v))
+    return out
+
+
+def _to_host(name: str, args: tuple, kwargs: dict) -> bool:
+    """A `.to(...)` whose target is the CPU (a device, a string or another tensor)."""
+    if name != "to":
+        return False
+    for v in (*args[1:], kwargs.get("device"), kwargs.get("other")):
+        if isinstance(v, torch.Tensor):
+            v = v.device
+        if isinstance(v, torch.device | str):
+            try:
+                return torch.device(v).type == "cpu"
+            except (RuntimeError, TypeError):
+                continue
+    return False
+
+
+class DeviceFaults(TorchFunctionMode):
+    """Records, on a stand-in device, what a real accelerator refuses or pays for: an operation
+    that raised on a tensor there mixed with one on the CPU (a 0-d CPU tensor is a scalar,
+    allowed), and calls that read a device tensor back to the host (`.numpy()`, `.cpu()`, ...).
+    What it records is observed, so an error it explains is the code's, not the stand-in's."""
+
+    def __init__(self):
+        super().__init__()
+        self.host_reads: list[str] = []  # ".numpy()", ...
+        self.mixed: list[str] = []  # "sub: meta (32, 3, 5, 7), cpu (1, 3, 1, 1)", ...
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        first = args[0] if args else None
+        on_device = isinstance(first, torch.Tensor) and first.device.type != "cpu"
+        mixed = None
+        if on_device and (name in _HOST_READS or _to_host(name, args, kwargs)):
+            self.host_reads.append(f".{name}()" if not name.startswith("__") else name)
+        elif name not in _CROSSING:
+            ts = _tensors((*args, *kwargs.values()))
+            if len({t.device.type for t in ts if t.dim() or t.device.type != "cpu"}) > 1:
+                shown = ", ".join(f"{t.device.type} {tuple(t.shape)}" for t in ts)
+                mixed = f"{name or func}: {shown}"
+        try:
+            return func(*args, **kwargs)
+        except Exception:
+            if mixed:  # kept only when it raised: some ops take a CPU index tensor, say
+                self.mixed.append(mixed)
+            raise
+
+
+def stand_in_fault(exc: BaseException, faults: DeviceFaults, stand_in: str) -> str | None:
+    """Why code raised on the stand-in, when the cause was observed and a real accelerator
+    refuses it as well: a read back to the host, or tensors on two devices in one operation.
+    None when nothing observed explains it (an op the stand-in lacks, say)."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    raised = f" ({type(exc).__name__}: {first})"
+    if faults.host_reads:
+        calls = list(dict.fromkeys(faults.host_reads))
+        why = (
+            "numpy works on host memory only, so on a GPU this raises as well"
+            if {".numpy()", "__array__"} & set(calls)
+            else "the data is copied to the host: on a GPU a device-to-host copy and a wait "
+            "per batch"
+        )
+        return (
+            f"your code called {', '.join(calls)} on a tensor on the {stand_in} device (a "
+            f"stand-in for a GPU){raised}: {why}; keep the work in torch, where the batch is"
+        )
+    if faults.mixed:
+        return (
+            f"one operation got tensors on two devices ({faults.mixed[0]}){raised}, which a GPU "
+            "refuses too: make what it combines with the batch on the batch's device"
+        )
+    return None
+
+
+def stand_in_limit(exc: BaseException, stand_in: str, unseen: str) -> str:
+    """What to say when the stand-in could not run code and nothing observed blames the code."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    why = (
+        "an operation the stand-in does not implement: its limit, not your code's fault"
+        if isinstance(exc, NotImplementedError)
+        else "no device fault (a read back to the host, tensors on two devices) was seen, so "
+        "it is not counted against you"
+    )
+    return (
+        f"the {stand_in} device (a stand-in for a GPU) could not run your code "
+        f"({type(exc).__name__}: {first}); {why}; {unseen}: not observed"
+    )
+
+
+def stand_in_part(name: str, exc: BaseException, faults: DeviceFaults, unseen: str) -> Part:
+    """The part for code that raised on the meta stand-in: failed, naming the observed device
+    fault, or not-applicable, the stand-in's limit, when nothing observed explains it."""
+    fault = stand_in_fault(exc, faults, "meta")
+    if fault:
+        return correct(name, False, fault)
+    return not_applicable(name, stand_in_limit(exc, "meta", unseen))
 
 
 # --- scenarios the checks build ---------------------------------------------------------------
