@@ -12,7 +12,8 @@ valid alternatives a strong learner would write. Judgement calls, decided here:
   rules state no data size, only the held-out accuracy and the time.
 
 Every call of this check trains (the learner's run and the baseline, timed in pairs): cases
-that fail before any training (a reference called) run in CI, the rest with COURSE_REDTEAM=all.
+that fail before a full training (a reference called, the held-out reader called after one
+epoch) run in CI, the rest with COURSE_REDTEAM=all. Results and open holes: README.md.
 """
 
 from __future__ import annotations
@@ -278,6 +279,9 @@ def valid_own_augmentation_unseeded(train_set):
 
 REFERENCE = r"reference|train_recipe|\bfit\b|reference_speedrun"
 HELD_OUT = r"held.?out|test.?split|held_out_accuracy"
+# Blaming a read of the held-out split (every message reports "held-out accuracy ... on the
+# held-out test split", so the words alone are no blame).
+READ_HELD_OUT = r"held_out_accuracy|off.limits|(?<!never )read (it|the (held.?out|test))"
 
 CASES = [
     case(wrong_calls_reference_speedrun, names=REFERENCE, not_names=HELD_OUT),
@@ -289,8 +293,10 @@ CASES = [
     case(valid_own_augmentation_unseeded, "passed"),
     case(wrong_swallows_held_out_guard, names=HELD_OUT, not_names=r"reference"),
     case(wrong_early_stops_on_test_split_loader, names=r"test|held.?out", not_names=r"reference"),
-    case(wrong_one_epoch, names=r"accura|target", not_names=rf"{REFERENCE}|{HELD_OUT}"),
-    case(wrong_fifth_of_the_data, names=r"accura|target", not_names=rf"{REFERENCE}|{HELD_OUT}"),
+    case(wrong_one_epoch, names=r"accura|target", not_names=rf"{REFERENCE}|{READ_HELD_OUT}"),
+    case(
+        wrong_fifth_of_the_data, names=r"accura|target", not_names=rf"{REFERENCE}|{READ_HELD_OUT}"
+    ),
     case(wrong_returns_cached_model, names=r"fresh|same model|cach|reus|already", not_names=None),
     case(wrong_caches_decoded_images, names=r"decod|data prep|cach|reus", not_names=REFERENCE),
     case(
@@ -313,11 +319,40 @@ CHEAP = {
     "wrong-calls_train_recipe",
     "wrong-calls_fit",
     "wrong-early_stops_on_held_out",
+    "wrong-swallows_held_out_guard",
 }
-HOLES: dict[str, str] = {}
+HOLES = {  # COURSE_REDTEAM=all run of 2026-12-01, load 10-13 on 2 cores (README.md)
+    "wrong-early_stops_on_test_split_loader": "the test split read through cu.load_data() is "
+    "not guarded: passed at 87.9%, 2.93x, told 'your code never read' the test split",
+    "wrong-returns_cached_model": "the returned model is never checked to be trained by this "
+    "call: the model of the warm-up run came back, 1.9e6x",
+    "wrong-caches_decoded_images": "data decoded in an earlier call is not counted: passed "
+    "4.23x with the decoding left out of the timed runs",
+    "wrong-reuses_a_trained_global_model": "the weights are never checked to start fresh: one "
+    "epoch on a model trained before passed at 85.6%, 15.9x",
+}
+UNDECIDED = {  # no verdict: not strict, and cut short so it does not cost 900 s again
+    "wrong-leaks_two_threads": "no verdict: the learner's own run on 2 threads beside load 12 "
+    "crawled (>1 s a step) and hit pytest's 900 s timeout; on an idle machine: not run yet",
+}
 
 
-@pytest.mark.parametrize("fn, expect, names, not_names", open_holes(in_ci(CASES, CHEAP), HOLES))
+def _undecided(params: list) -> list:
+    out = []
+    for p in params:
+        if p.id in UNDECIDED:
+            marks = [
+                pytest.mark.xfail(strict=False, reason=UNDECIDED[p.id]),
+                pytest.mark.timeout(300),
+            ]
+            p = pytest.param(*p.values, marks=[*p.marks, *marks], id=p.id)
+        out.append(p)
+    return out
+
+
+@pytest.mark.parametrize(
+    "fn, expect, names, not_names", _undecided(open_holes(in_ci(CASES, CHEAP), HOLES))
+)
 def test_speedrun_check(fn, expect, names, not_names):
     cu.setup(True)
     threads = torch.get_num_threads()
