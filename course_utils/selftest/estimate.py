@@ -71,6 +71,7 @@ class NotebookCost:
     quick: Cost
     full: Cost
     evidence: str
+    full_budget_s: tuple[float, float] | None = None  # (T4-class, A100/H100-class); None: BUDGET_S
 
 
 # Counted from each notebook's cu.pick sizes; FLOPs of one step by FlopCounterMode (MLP
@@ -150,14 +151,15 @@ def rates(env: dict) -> Rates:
     return Rates(1e12, host, f"{env.get('device')}: no peak known, 1 TFLOP/s assumed")
 
 
-def budget_s(env: dict, quick: bool) -> float:
+def budget_s(env: dict, quick: bool, nc: NotebookCost | None = None) -> float:
     """The per-notebook budget: quick 60 s anywhere; full 2 min on A100/H100-class GPUs,
-    5 min elsewhere (T4-class)."""
+    5 min elsewhere (T4-class), unless the notebook has its own (`full_budget_s`)."""
     if quick:
         return BUDGET_QUICK_S
     name = str(env.get("device_name", "")).upper()
     fast = env.get("device", "").startswith("cuda") and any(g in name for g in FAST_GPUS)
-    return BUDGET_FAST_GPU_S if fast else BUDGET_S
+    slow_s, fast_s = (nc and nc.full_budget_s) or (BUDGET_S, BUDGET_FAST_GPU_S)
+    return fast_s if fast else slow_s
 
 
 def cost_of(prefix: str) -> NotebookCost | None:
@@ -185,7 +187,7 @@ def estimate(prefix: str, env: dict, *, quick: bool, r: Rates | None = None) -> 
     r = r or rates(env)
     cost = nc.quick if quick else nc.full
     est = seconds(cost, r)
-    limit = budget_s(env, quick)
+    limit = budget_s(env, quick, nc)
     return {
         "notebook": prefix,
         "mode": "quick" if quick else "full",

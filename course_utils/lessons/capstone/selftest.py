@@ -53,6 +53,7 @@ COST = NotebookCost(
     _full(),
     "full: the check's one tuned 16-epoch ResNet-9 run under autocast, then the baseline's "
     "per-image decoding (host) and fp32 epochs",
+    full_budget_s=(900.0, 180.0),  # issue 15: the whole capstone, 15 min on a T4, 3 on an H100
 )
 
 
