@@ -307,3 +307,19 @@ def test_target_and_baseline_follow_a_mode_decided_after_import():
         assert lesson.TARGET == lesson.target() and lesson.BASELINE == lesson.baseline()
     finally:
         mode.set_quick(None)
+
+
+def test_a_timing_run_yields_its_segments_after_a_warm_up_and_times_only_its_own_steps(
+    monkeypatch,
+):
+    monkeypatch.setattr(ablation_mod, "epochs_timed", lambda: 1.0)
+    tuned = lesson.tuned_recipe()
+    part = recipe_mod.small_subset(lesson.training_set(), 9, tuned.batch_size)
+    runs = []
+    for run in ablation_mod._timing(tuned, part, 0, None, "t"):
+        runs.append(run)
+        time.sleep(1.0)  # another variant's segment: not this run's time
+    assert len(runs) == ablation_mod.SEGMENTS  # 4 segments of 2 steps, none cut at an epoch end
+    assert runs[-1].warmup.steps == ablation_mod.WARMUP_STEPS
+    assert [s.steps for s in runs[-1].segments] == [2] * ablation_mod.SEGMENTS
+    assert all(s.wall_s < 1.0 for s in runs[-1].segments)

@@ -67,7 +67,7 @@ def _timing(recipe: Recipe, dataset, seed: int, device, label: str, decoded=None
     """`recipe`'s first epochs_timed() epoch as a generator of SEGMENTS timed segments, after
     WARMUP_STEPS untimed ones."""
     per_epoch = len(dataset) // recipe.batch_size
-    steps = SEGMENTS * max(1, round(epochs_timed() * per_epoch / SEGMENTS))
+    steps = SEGMENTS * max(1, int(epochs_timed() * per_epoch) // SEGMENTS)
     return training(
         recipe,
         dataset,

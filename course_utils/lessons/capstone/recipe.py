@@ -299,44 +299,54 @@ def training(
             run.segments.append(done)
         mark[:] = [wall, cpu, run.steps]
 
+    def restart_clocks() -> None:
+        mark[0], mark[1] = time.perf_counter(), time.process_time()
+
     def segment_full() -> bool:
         if warmup_steps and run.warmup is None:
             return run.steps == warmup_steps
         return bool(segment_steps) and run.steps - mark[2] == segment_steps
 
-    for epoch in range(1, epochs + 1):
-        correct, seen = torch.zeros((), device=device), 0
-        batches = (
-            device_batches(x_all, y_all, recipe.batch_size, generator)
-            if recipe.data_on_device
-            else loader
-        )
-        for x, y in batches:
-            x = x.to(device, non_blocking=True, memory_format=fmt)
-            y = y.to(device, non_blocking=True)
-            with autocast(device, enabled=recipe.amp, dtype=amp_dtype(device)):
-                out = model(x)
-                loss = nn.functional.cross_entropy(out, y)
-            opt.zero_grad(set_to_none=True)
-            _step(scaler, opt, sched, loss)
-            correct += (out.argmax(1) == y).sum()  # stays on the device: no sync
-            seen += len(y)
-            if recipe.sync_every_step:
-                loss.item()  # the habit lesson 10 removes: a host-device sync per step
-            run.steps += 1
-            bar.update()
-            if segment_full():
+    try:
+        for epoch in range(1, epochs + 1):
+            correct, seen = torch.zeros((), device=device), 0
+            batches = (
+                device_batches(x_all, y_all, recipe.batch_size, generator)
+                if recipe.data_on_device
+                else loader
+            )
+            for x, y in batches:
+                x = x.to(device, non_blocking=True, memory_format=fmt)
+                y = y.to(device, non_blocking=True)
+                with autocast(device, enabled=recipe.amp, dtype=amp_dtype(device)):
+                    out = model(x)
+                    loss = nn.functional.cross_entropy(out, y)
+                opt.zero_grad(set_to_none=True)
+                _step(scaler, opt, sched, loss)
+                correct += (out.argmax(1) == y).sum()  # stays on the device: no sync
+                seen += len(y)
+                if recipe.sync_every_step:
+                    loss.item()  # the habit lesson 10 removes: a host-device sync per step
+                run.steps += 1
+                bar.update()
+                if segment_full():
+                    warming = bool(warmup_steps) and run.warmup is None
+                    close_segment()
+                    if not warming:  # the warm-up is not a segment a consumer waits for
+                        yield run
+                        restart_clocks()  # other runs may have trained while this one waited
+                if run.steps == total:
+                    break
+            last = run.steps == total or epoch == epochs
+            if run.steps > mark[2] and (not segment_steps or last):  # else segments span epochs
                 close_segment()
                 yield run
+                restart_clocks()
+            bar.set_postfix_str(f"epoch {epoch}/{epochs}, train acc {float(correct) / seen:.1%}")
             if run.steps == total:
                 break
-        if run.steps > mark[2]:
-            close_segment()
-            yield run
-        bar.set_postfix_str(f"epoch {epoch}/{epochs}, train acc {float(correct) / seen:.1%}")
-        if run.steps == total:
-            break
-    bar.close()
+    finally:  # also when a consumer stops early (`close()` on the generator)
+        bar.close()
 
 
 @dataclass
@@ -374,7 +384,7 @@ def as_run(recipe: Recipe, trained: Trained, n_train: int, device, accuracy=None
         trained.steps,
         trained.model if accuracy is not None else None,
         spread,
-        None if whole else trained.steps,
+        None if whole else sum(s.steps for s in trained.segments),
         clock,
     )
 
