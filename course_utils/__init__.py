@@ -24,6 +24,7 @@ _EXPORTS = {
     "load_data": ".data",
     "to_tensors": ".data",
     "amp_dtype": ".device",
+    "channels_last_pays": ".device",
     "device_class": ".device",
     "get_device": ".device",
     "peak_flops": ".device",

@@ -100,6 +100,41 @@ def amp_dtype(device: torch.device | str | None = None) -> torch.dtype:
     return torch.bfloat16
 
 
+# Where the channels_last layout (lesson 05) pays for the course's conv nets, by device class:
+# (in fp32, under autocast, evidence). Read by lesson 05's check (whether its fp32 speed part
+# is graded) and by the capstone's tuned recipe (whether it converts, under its autocast), so
+# the two notebooks cannot disagree.
+CHANNELS_LAST = {
+    "cuda-tensorcore": (
+        True,
+        True,
+        "NVIDIA's convolution guide: tensor-core kernels (AMP) read NHWC, NCHW costs "
+        "transposes; not yet measured by the course on a GPU",
+    ),
+    "cuda": (False, False, "no tensor cores: NHWC buys nothing there (NVIDIA); not measured"),
+    "cpu-bf16": (
+        True,
+        False,
+        "oneDNN, one thread, NCHW / channels_last training step, interleaved medians: lesson "
+        "05's SENet width 16, batch 32, fp32: 1.18-1.40x (n=16, 2 shared cores); the capstone's "
+        "SmallCNN(16), batch 32: fp32 1.27-1.43x, bf16 autocast 1.33-1.44x (n=3 x 20 pairs, "
+        "2-core EPYC). Under bf16 autocast it costs accuracy: the capstone's 4-epoch tuned run "
+        "reached 79.4/81.4/84.5% held-out in channels_last, 90.7/89.6/92.8% in NCHW (seeds 0-2)",
+    ),
+    "cpu": (False, False, "no native bf16; oneDNN's fp32 kernels may gain too: not measured"),
+    "mps": (False, False, "not measured on Apple GPUs"),
+}
+
+
+def channels_last_pays(device: torch.device | str | None = None, autocast: bool = False) -> bool:
+    """Whether channels_last is known to pay for the course's conv nets on this device's class
+    (`autocast`: in a run under autocast), measured or, on tensor-core GPUs, documented by the
+    vendor: see CHANNELS_LAST. `device` may also be a device class's name."""
+    cls = device if device in CHANNELS_LAST else device_class(device)
+    fp32, with_autocast, _ = CHANNELS_LAST[cls]
+    return with_autocast if autocast else fp32
+
+
 def gpu_peak_flops(
     name: str, dtype: torch.dtype = torch.float32, tf32: bool = False
 ) -> float | None:

@@ -6,6 +6,7 @@ not return a model. Everything else is tested without training to the end."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import multiprocessing
 import time
 
@@ -69,7 +70,7 @@ def test_the_reference_speedrun_reaches_the_target_faster_than_the_baseline():
     assert result.status == "passed", result.message
     time_part = next(p for p in result.parts if p.name == "time to target")
     assert time_part.value >= lesson.THRESHOLDS[result.device_class].value
-    assert f"median of {lesson.PAIRS} interleaved pairs" in time_part.message
+    assert f"median of {lesson.pairs()} interleaved pairs" in time_part.message
 
 
 def test_the_unchanged_baseline_loop_fails_the_time_part(monkeypatch):
@@ -198,23 +199,79 @@ def test_fit_shows_epoch_accuracy_and_time_left(capsys):
     assert "speed-run" in bar and "epoch 2/2, train acc" in bar and "<00:00" in bar
 
 
-def test_ablation_interleaves_repeats_and_reuses_known_runs(monkeypatch):
-    made = []
+def fake_trained(per_step: float, steps: int = 8) -> recipe_mod.Trained:
+    segments = [
+        recipe_mod.Segment(steps // 4, per_step * f * steps / 4, per_step * f * steps / 4)
+        for f in (0.9, 1.0, 1.0, 1.1)
+    ]
+    return recipe_mod.Trained(None, 1.0, 1.0, segments, steps)
 
-    def fake(recipe, dataset, seed=0, device=None, **kw):
-        made.append((recipe, seed))
-        return lesson.Run(recipe, 10.0 + seed, 0.9, 1, None, None, [4.0, 5.0])
 
-    monkeypatch.setattr(ablation_mod, "train_recipe", fake)
-    monkeypatch.setattr(ablation_mod, "_timing_run", lambda r, d, s, dev, e, n: fake(r, d, s))
-    baseline = lesson.Run(lesson.BASELINE, 99.0, 0.85, 1, None, None, [12.0])
+def test_ablation_interleaves_variants_segment_by_segment_and_reuses_known_runs(monkeypatch):
+    order = []
+
+    def fake(recipe, dataset, seed, device, label, decoded=None):
+        for k in range(ablation_mod.SEGMENTS):
+            order.append((label, seed, k))
+            yield fake_trained(0.5 + seed)
+
+    monkeypatch.setattr(ablation_mod, "_timing", fake)
+    baseline = lesson.Run(lesson.BASELINE, 99.0, 0.85, 1, None, (90.0, 110.0))
     rows = lesson.ablation(seeds=2, known={"baseline": baseline})
     names = list(lesson.variants())
     assert [r["variant"] for r in rows] == names + names[::-1]
-    assert (lesson.BASELINE, 0) not in made and (lesson.BASELINE, 1) in made
+    timed = [n for n in names if n != "baseline"]
+    # round k of seed 0 runs every variant's segment k, the order reversed every other round
+    assert [o[0] for o in order[: 2 * len(timed)]] == timed + timed[::-1]
+    assert [o[2] for o in order[: 2 * len(timed)]] == [0] * len(timed) + [1] * len(timed)
+    assert next(r for r in rows if r["variant"] == "baseline")["run"] is baseline
+    assert ("baseline", 1, 0) in order and ("baseline", 0, 0) not in order
     summary = {s["variant"]: s for s in lesson.summarise(rows)}
-    assert summary["tuned"]["seconds_range"] == (10.0, 11.0)
-    assert summary["baseline"]["runs"] == 2
+    assert summary["baseline"]["runs"] == 2 and summary["tuned"]["clock"] == "cpu"
+
+
+def test_a_timing_run_is_projected_from_the_median_step_and_spread_over_its_segments():
+    trained = fake_trained(0.5)
+    assert trained.projected(100, "cpu") == pytest.approx(1.0 + 100 * 0.5)
+    tuned = lesson.tuned_recipe()
+    run = recipe_mod.as_run(tuned, trained, 10 * tuned.batch_size, "cpu")
+    steps = tuned.epochs * 10
+    assert run.timed_steps == 8 and run.accuracy is None
+    assert run.seconds_range == pytest.approx((1.0 + steps * 0.45, 1.0 + steps * 0.55))
+    (s,) = lesson.summarise([{"variant": "tuned", "seed": 0, "seconds": run.seconds, "run": run}])
+    assert s["seconds_range"] == run.seconds_range
+    assert "projected from 8 steps" in lesson.describe([s])
+
+
+def test_fit_can_stop_after_some_steps_and_time_them_in_segments():
+    tuned = lesson.tuned_recipe()
+    part = recipe_mod.small_subset(lesson.training_set(), 6, tuned.batch_size)
+    run = unguarded_fit(tuned, part, max_steps=5, segment_steps=2, warmup_steps=1, leave=False)
+    assert run.steps == 5 and run.warmup.steps == 1
+    assert [s.steps for s in run.segments] == [2, 2]
+
+
+def test_the_tuned_recipe_and_lesson_05_read_one_channels_last_table(monkeypatch):
+    from course_utils.lessons.fast_kernels import checks as checks_05
+
+    for cls in DEVICE_CLASSES:
+        monkeypatch.setattr(recipe_mod, "device_class", lambda device=None, c=cls: c)
+        tuned = lesson.tuned_recipe()
+        assert tuned.channels_last == device_mod.channels_last_pays(cls, autocast=tuned.amp)
+    assert device_mod.channels_last_pays("cpu-bf16") and not device_mod.channels_last_pays("cpu")
+    assert "channels_last_pays(cls)" in inspect.getsource(checks_05._cl_speed)
+
+
+def test_full_mode_times_one_pair_and_quick_mode_three():
+    from course_utils import mode
+
+    try:
+        mode.set_quick(False)
+        assert lesson.pairs() == 1
+        mode.set_quick(True)
+        assert lesson.pairs() == lesson.PAIRS == 3
+    finally:
+        mode.set_quick(None)
 
 
 def test_ablation_labels_say_what_was_put_back():
@@ -222,15 +279,6 @@ def test_ablation_labels_say_what_was_put_back():
     assert names[0] == "tuned" and names[-1] == "baseline"
     assert "tuned, but loss.item() every step (10)" in names
     assert not any("sync_every_step" in n for n in names)
-
-
-def test_one_repeat_shows_the_spread_of_its_epochs():
-    run = lesson.Run(lesson.BASELINE, 1.0 + 8 * 2.0, 0.85, 1, None, 2, [1.5, 2.5])
-    (s,) = lesson.summarise(
-        [{"variant": "baseline", "seed": 0, "seconds": run.seconds, "run": run}]
-    )
-    assert s["seconds_range"] == (1.0 + 8 * 1.5, 1.0 + 8 * 2.5)
-    assert "timed on 2 epochs" in lesson.describe([{**s, "accuracy": None}])
 
 
 def test_every_device_class_has_a_threshold_with_its_evidence():
@@ -259,3 +307,19 @@ def test_target_and_baseline_follow_a_mode_decided_after_import():
         assert lesson.TARGET == lesson.target() and lesson.BASELINE == lesson.baseline()
     finally:
         mode.set_quick(None)
+
+
+def test_a_timing_run_yields_its_segments_after_a_warm_up_and_times_only_its_own_steps(
+    monkeypatch,
+):
+    monkeypatch.setattr(ablation_mod, "epochs_timed", lambda: 1.0)
+    tuned = lesson.tuned_recipe()
+    part = recipe_mod.small_subset(lesson.training_set(), 9, tuned.batch_size)
+    runs = []
+    for run in ablation_mod._timing(tuned, part, 0, None, "t"):
+        runs.append(run)
+        time.sleep(1.0)  # another variant's segment: not this run's time
+    assert len(runs) == ablation_mod.SEGMENTS  # 4 segments of 2 steps, none cut at an epoch end
+    assert runs[-1].warmup.steps == ablation_mod.WARMUP_STEPS
+    assert [s.steps for s in runs[-1].segments] == [2] * ablation_mod.SEGMENTS
+    assert all(s.wall_s < 1.0 for s in runs[-1].segments)

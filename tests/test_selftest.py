@@ -212,3 +212,17 @@ def test_the_plan_takes_the_notebooks_that_fit_the_budget_in_order():
     rows = [{"notebook": f"0{i}_x", "estimate_s": s} for i, s in enumerate([50, 400, 100, 80])]
     assert fit_budget(rows, 240) == ["00", "02", "03"]
     assert fit_budget(rows, 10) == []
+
+
+def test_autocast_flops_count_at_the_16_bit_rate_and_a_notebook_may_have_its_own_budget():
+    from course_utils.selftest import estimate
+
+    t4 = {"device": "cuda", "device_name": "Tesla T4"}
+    r = estimate.Rates(2e12, 1.0, "test", amp_flops=8e12)
+    assert estimate.seconds(estimate.Cost(0, 0, 0, amp_gflop=8_000), r) == pytest.approx(1.0)
+    assert estimate.seconds(estimate.Cost(2_000, 0, 0), r) == pytest.approx(1.0)
+    capstone = estimate.cost_of("11")
+    assert capstone.full.amp_gflop > capstone.full.gflop > 0 and "11" not in estimate.COSTS
+    assert estimate.budget_s(t4, False, capstone) == 900 and estimate.budget_s(t4, False) == 300
+    h100 = {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3"}
+    assert estimate.budget_s(h100, False, capstone) == 180

@@ -7,10 +7,12 @@ start, process launches, JPEG decoding, torch.compile) as measured on the refere
 (2 vCPUs, AMD EPYC, `course report --quick`: docs/results/cpu-bf16-amd-epyc.json). On a
 device with achieved FLOP/s R and host speed h (1 = the reference's):
 
-    seconds = host_s * h + steps * STEP_OVERHEAD_S * h + gflop * 1e9 / R
+    seconds = host_s * h + steps * STEP_OVERHEAD_S * h + gflop * 1e9 / R + amp_gflop * 1e9 / R16
 
 R is the device's fp32 peak (data sheet for GPUs, the matmul probe on a CPU) times the share
-that small course models reach; h is measured by a dispatch probe. The same estimator serves
+that small course models reach; R16, for work run under autocast on tensor cores, the GPU's
+16-bit tensor peak times its (smaller) share, and R on a CPU; h is measured by a dispatch
+probe. The same estimator serves
 `course selftest` (its report) and the auto mode (session.setup). It is an estimate: a
 notebook's measured run time (`course report`) is the figure to trust.
 """
@@ -27,6 +29,13 @@ STEP_OVERHEAD_S = Threshold(
     1.5e-3,
     "host time per small training step (about 100 ops of dispatch or kernel launch at 10-15 "
     "us each); assumed from the profile of a SmallCNN step, not measured on a GPU",
+)
+GPU_AMP_EFFICIENCY = Threshold(
+    0.10,
+    "share of the 16-bit tensor-core data-sheet peak that autocast training of ResNet-9 at "
+    "batch 512 reaches; assumed, not measured on a GPU: Myrtle's ResNet-9 (26 s for 10 "
+    "epochs on a V100, about 44 TFLOP/s by FlopCounterMode) reached 0.35 of its peak with "
+    "hand tuning, and the course's plain loop is assumed to reach well under half that",
 )
 GPU_EFFICIENCY = Threshold(
     0.25,
@@ -54,6 +63,7 @@ class Cost:
     gflop: float
     steps: int
     host_s: float
+    amp_gflop: float = 0.0  # the share of the FLOPs run under autocast (tensor cores on GPUs)
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,7 @@ class NotebookCost:
     quick: Cost
     full: Cost
     evidence: str
+    full_budget_s: tuple[float, float] | None = None  # (T4-class, A100/H100-class); None: BUDGET_S
 
 
 # Counted from each notebook's cu.pick sizes; FLOPs of one step by FlopCounterMode (MLP
@@ -86,12 +97,7 @@ COSTS = {
     "08": NotebookCost(Cost(10, 1_200, 6), Cost(30, 3_200, 8), "8 RNN runs of 150 / 400 steps"),
     "09": NotebookCost(Cost(300, 120, 10), Cost(3_000, 300, 12), "ResNet-9 eval at 16 / 64"),
     "10": NotebookCost(Cost(5, 600, 33), Cost(20, 2_000, 90), "profiled Python loops: host-bound"),
-    "11": NotebookCost(
-        Cost(750, 2_000, 70),
-        Cost(18_000_000, 16_000, 120),
-        "~10 ResNet-9(64) runs of 16 epochs full (the capstone's own issue sizes it)",
-    ),
-}
+}  # "11": course_utils/lessons/capstone/selftest.py COST, counted from the capstone's sizes
 
 
 @dataclass
@@ -101,6 +107,7 @@ class Rates:
     flops: float  # achieved FLOP/s on the course's workloads
     host: float  # host speed factor: 1 = the reference machine, 2 = twice as slow
     source: str
+    amp_flops: float | None = None  # achieved FLOP/s under autocast; None: `flops`
 
 
 @functools.cache
@@ -130,7 +137,13 @@ def rates(env: dict) -> Rates:
             how = f"{env.get('device_name')} not in the data-sheet table: a T4's fp32 peak"
         else:
             how = f"data-sheet fp32 peak {peak / 1e12:.1f} TFLOP/s"
-        return Rates(peak * GPU_EFFICIENCY.value, host, f"{how} x {GPU_EFFICIENCY.value}")
+        import torch
+
+        half = gpu_peak_flops(env.get("device_name", ""), torch.float16)
+        half = half or GPU_PEAK_FLOPS["T4"][2]
+        amp = half * GPU_AMP_EFFICIENCY.value
+        how += f" x {GPU_EFFICIENCY.value}; 16-bit {half / 1e12:.0f} x {GPU_AMP_EFFICIENCY.value}"
+        return Rates(peak * GPU_EFFICIENCY.value, host, how, amp)
     if env.get("device", "cpu") == "cpu":
         peak = peak_flops("cpu")
         return Rates(
@@ -141,14 +154,15 @@ def rates(env: dict) -> Rates:
     return Rates(1e12, host, f"{env.get('device')}: no peak known, 1 TFLOP/s assumed")
 
 
-def budget_s(env: dict, quick: bool) -> float:
+def budget_s(env: dict, quick: bool, nc: NotebookCost | None = None) -> float:
     """The per-notebook budget: quick 60 s anywhere; full 2 min on A100/H100-class GPUs,
-    5 min elsewhere (T4-class)."""
+    5 min elsewhere (T4-class), unless the notebook has its own (`full_budget_s`)."""
     if quick:
         return BUDGET_QUICK_S
     name = str(env.get("device_name", "")).upper()
     fast = env.get("device", "").startswith("cuda") and any(g in name for g in FAST_GPUS)
-    return BUDGET_FAST_GPU_S if fast else BUDGET_S
+    slow_s, fast_s = (nc and nc.full_budget_s) or (BUDGET_S, BUDGET_FAST_GPU_S)
+    return fast_s if fast else slow_s
 
 
 def cost_of(prefix: str) -> NotebookCost | None:
@@ -164,6 +178,7 @@ def seconds(cost: Cost, r: Rates) -> float:
         cost.host_s * r.host
         + cost.steps * STEP_OVERHEAD_S.value * r.host
         + cost.gflop * 1e9 / r.flops
+        + cost.amp_gflop * 1e9 / (r.amp_flops or r.flops)
     )
 
 
@@ -175,7 +190,7 @@ def estimate(prefix: str, env: dict, *, quick: bool, r: Rates | None = None) -> 
     r = r or rates(env)
     cost = nc.quick if quick else nc.full
     est = seconds(cost, r)
-    limit = budget_s(env, quick)
+    limit = budget_s(env, quick, nc)
     return {
         "notebook": prefix,
         "mode": "quick" if quick else "full",

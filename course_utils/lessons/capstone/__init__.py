@@ -1,7 +1,7 @@
 """Lesson 11, the capstone: a speed-run to a target accuracy, its ablation, and a diagnosis."""
 
-from .ablate import ablation, describe, plot_ablation, summarise, variants
-from .checks import PAIRS, THRESHOLDS, check_speedrun
+from .ablate import ablation, describe, plot_ablation, summarise, timing_run, variants
+from .checks import PAIRS, THRESHOLDS, check_speedrun, pairs
 from .demo import baseline_loop, compare_airbench, mode_note, tuned_loop
 from .recipe import (
     Recipe,
@@ -23,6 +23,7 @@ __all__ = [
     "BASELINE",
     "baseline",
     "PAIRS",
+    "pairs",
     "TARGET",
     "target",
     "THRESHOLDS",
@@ -42,6 +43,7 @@ __all__ = [
     "plot_ablation",
     "reference_speedrun",
     "summarise",
+    "timing_run",
     "train_recipe",
     "training_set",
     "tuned_loop",

@@ -1,14 +1,20 @@
 """What each technique is worth here: the tuned recipe with one choice at a time put back to
-the baseline's, timed on this machine, repeats interleaved (order alternating), spread shown."""
+the baseline's, timed the way the capstone's check times (CPU seconds on one thread on a
+CPU, synchronised wall time on a GPU), repeats interleaved (order alternating), spread shown."""
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
 
+import torch
 from tqdm.auto import tqdm
 
-from .recipe import Recipe, Run, fit, train_recipe, training_set, tuned_recipe
+from ...device import get_device
+from ...measure import steady_cpu
+from ...mode import pick
+from .data_path import decode_timed
+from .recipe import Recipe, Run, as_run, training, training_set, tuned_recipe
 from .recipe import baseline as _baseline
 from .recipe import target as _target
 
@@ -24,10 +30,17 @@ UNDONE = {
     "fused_optimizer": ("the default optimizer kernels", "10"),
 }
 
-# The variants are timed on a few epochs each (every epoch is the same work: setup + epochs x
-# the median epoch), which fits the budgets (quick: a minute on a CPU; full: 15 min on a T4);
-# only the tuned recipe trains to the end and is judged on held-out data.
-EPOCHS_TIMED = 2  # two, so a single repeat still shows a spread (its two epochs)
+# Every variant, the tuned recipe included, is a timing run: its first steps, timed in
+# SEGMENTS segments (every step of a recipe is the same work: setup + steps x the median
+# step). Quick: one epoch; full: half of one, so the notebook fits a T4's 15 minutes
+# (docs/gpu.md). Only the baseline, reused from the notebook's own run, trained to the end.
+SEGMENTS = 4  # the spread of a single repeat: its fastest and slowest segment
+WARMUP_STEPS = 3  # untimed first steps of each variant: lazy initialisation, first kernels
+
+
+def epochs_timed() -> float:
+    """The share of an epoch each variant is timed on, in the mode in force."""
+    return pick(quick=1.0, full=0.5)
 
 
 # Undone, these change how many epochs reach the target but not an epoch's work, so a timing
@@ -50,47 +63,75 @@ def variants(device=None) -> dict[str, Recipe]:
     return out
 
 
-def _timing_run(recipe: Recipe, dataset, seed: int, device, epochs: int, label: str) -> Run:
-    trained = fit(recipe, dataset, seed, device, epochs=epochs, label=label, leave=False)
-    seconds = trained.seconds_for(recipe.epochs)
-    return Run(recipe, seconds, None, trained.steps, None, epochs, trained.epoch_s)
+def _timing(recipe: Recipe, dataset, seed: int, device, label: str, decoded=None):
+    """`recipe`'s first epochs_timed() epoch as a generator of SEGMENTS timed segments, after
+    WARMUP_STEPS untimed ones."""
+    per_epoch = len(dataset) // recipe.batch_size
+    steps = SEGMENTS * max(1, int(epochs_timed() * per_epoch) // SEGMENTS)
+    return training(
+        recipe,
+        dataset,
+        seed,
+        device,
+        max_steps=WARMUP_STEPS + steps,
+        segment_steps=steps // SEGMENTS,
+        warmup_steps=WARMUP_STEPS,
+        decoded=decoded,
+        label=label,
+        leave=False,
+    )
+
+
+def timing_run(recipe: Recipe, dataset, seed: int = 0, device=None, label: str = "timing") -> Run:
+    """`recipe` timed alone on its first steps, projected to its whole run (no accuracy)."""
+    for trained in _timing(recipe, dataset, seed, device, label):  # noqa: B007 - the last one
+        pass
+    return as_run(recipe, trained, len(dataset), device)
 
 
 def ablation(seeds: int = 1, device=None, known: dict[str, Run] | None = None) -> list[dict]:
-    """One row per (variant, seed). `known`: runs already made (by variant name, seed 0),
-    reused rather than repeated. Repeat k runs every variant before repeat k+1 starts, in
-    the opposite order, so a slow minute of the machine does not land on one variant."""
+    """One row per (variant, seed), every variant a timing run, interleaved segment by segment
+    (the order reversed every other round), so a slow minute of the machine is shared by all
+    variants instead of landing on one; on a CPU all run on one thread, in CPU seconds.
+    `known`: runs already made (by variant name, timed as `train_recipe` times, seed 0),
+    reused rather than repeated. `seeds` > 1: repeats, each seed's round after the last."""
     known, dataset, recipes = known or {}, training_set(), variants(device)
-    jobs = []
-    for seed in range(seeds):
-        names = list(recipes) if seed % 2 == 0 else list(reversed(recipes))
-        jobs += [(name, seed) for name in names]
     rows = []
-    for name, seed in tqdm(jobs, desc="ablation", unit="run"):
-        recipe, reuse = recipes[name], known.get(name) if seed == 0 else None
-        if reuse is not None and reuse.recipe == recipe:
-            run = reuse
-        elif name == "tuned":
-            run = train_recipe(recipe, dataset, seed, device, label=name)
-        else:
-            run = _timing_run(recipe, dataset, seed, device, EPOCHS_TIMED, name)
-        rows.append({"variant": name, "seed": seed, "seconds": run.seconds, "run": run})
+    with steady_cpu(1), tqdm(total=seeds * len(recipes), desc="ablation", unit="run") as bar:
+        # decoded once, timed, and counted in the setup of every variant that decodes once
+        shared = decode_timed(dataset, torch.device(device) if device else get_device())
+        for seed in range(seeds):
+            names = list(recipes) if seed % 2 == 0 else list(reversed(recipes))
+            reused = {n: known[n] for n in names if seed == 0 and _same(known.get(n), recipes[n])}
+            runs = {n: _timing(recipes[n], dataset, seed, device, n, shared) for n in names}
+            last = {}
+            for k in range(SEGMENTS):
+                for name in names if k % 2 == 0 else names[::-1]:
+                    if name not in reused:
+                        last[name] = next(runs[name])
+            for name in names:
+                runs[name].close()
+                run = reused.get(name) or as_run(recipes[name], last[name], len(dataset), device)
+                rows.append({"variant": name, "seed": seed, "seconds": run.seconds, "run": run})
+                bar.update()
     return rows
+
+
+def _same(run: Run | None, recipe: Recipe) -> bool:
+    return run is not None and run.recipe == recipe
 
 
 def summarise(rows: list[dict]) -> list[dict]:
     """Per variant: median seconds and accuracy, and the spread of the time: the range over
-    repeats, or with one repeat the range its epochs imply (setup + epochs x min/max epoch)."""
+    repeats, or with one repeat the range its segments imply (at the slowest and fastest)."""
     out = []
     for name in dict.fromkeys(r["variant"] for r in rows):
         runs = [r["run"] for r in rows if r["variant"] == name]
         secs = [r.seconds for r in runs]
-        if len(runs) > 1 or not runs[0].epoch_s:
+        if len(runs) > 1 or runs[0].seconds_range is None:
             spread = (min(secs), max(secs))
         else:
-            one = runs[0]
-            fixed = one.seconds - one.recipe.epochs * statistics.median(one.epoch_s)
-            spread = tuple(fixed + one.recipe.epochs * f(one.epoch_s) for f in (min, max))
+            spread = runs[0].seconds_range
         accs = [r.accuracy for r in runs if r.accuracy is not None]
         out.append(
             {
@@ -100,7 +141,8 @@ def summarise(rows: list[dict]) -> list[dict]:
                 "accuracy": statistics.median(accs) if accs else None,
                 "reached": sum(a >= _target() for a in accs),
                 "runs": len(runs),
-                "timed_epochs": runs[0].epochs_timed,
+                "timed_steps": runs[0].timed_steps,
+                "clock": runs[0].clock,
             }
         )
     return out
@@ -113,10 +155,12 @@ def describe(summary: list[dict]) -> str:
         acc = (
             f"accuracy {s['accuracy']:.1%}, target reached {s['reached']}/{s['runs']}"
             if s["accuracy"] is not None
-            else f"timed on {s['timed_epochs']} epochs (accuracy not measured)"
+            else f"projected from {s['timed_steps']} steps (accuracy not measured)"
         )
         lines.append(f"{s['variant']:>48}: {s['seconds']:6.1f} s [{lo:.1f}-{hi:.1f}]  {acc}")
-    return "\n".join(lines)
+    clocks = {"cpu": "CPU seconds on one thread", "wall": "synchronised wall seconds"}
+    used = " and ".join(sorted({clocks[s["clock"]] for s in summary}))
+    return "\n".join([f"time to train each variant's epochs ({used}); [spread]", *lines])
 
 
 def plot_ablation(summary: list[dict]):
@@ -145,7 +189,9 @@ def plot_ablation(summary: list[dict]):
         ax.text(bar.get_width(), y, text, va="center", fontsize=8)
     ax.invert_yaxis()
     ax.set(
-        xlabel="seconds to train (labels: held-out accuracy)",
+        xlabel="seconds to train ("
+        + ("CPU seconds, one thread" if summary[0]["clock"] == "cpu" else "wall clock")
+        + "; labels: held-out accuracy)",
         title=f"Ablation: one technique undone at a time (target {_target():.0%})",
     )
     fig.tight_layout()

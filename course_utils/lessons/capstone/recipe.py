@@ -12,18 +12,28 @@ import functools
 import statistics
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, Subset
+from torch.utils.data import Dataset, Subset
 from tqdm.auto import tqdm
 
 from ...checks import held_out, reference
-from ...data import CIFAR_MEAN, CIFAR_STD, dataset_source, load_data, to_tensors, train_transform
-from ...device import amp_dtype, autocast, device_class, get_device, synchronize
+from ...data import dataset_source, load_data, to_tensors
+from ...device import (
+    amp_dtype,
+    autocast,
+    channels_last_pays,
+    device_class,
+    get_device,
+    synchronize,
+)
+from ...measure import steady_cpu
 from ...mode import pick
 from ...models import ResNet9, SmallCNN
+from .data_path import Decoded, decode_all, device_batches, newcomer_loader
 
 
 # Quick mode: the offline image set on a CPU. Full mode: CIFAR-10 at 94% on a GPU, the target
@@ -71,21 +81,24 @@ def __getattr__(name: str):
 
 
 def tuned_recipe(device: torch.device | None = None) -> Recipe:
-    """What the course recommends on this device class: autocast and channels_last only where
-    the lessons measured that they pay (tensor-core GPUs; bf16 autocast on bf16 CPUs)."""
+    """What the course recommends on this device class: autocast where lesson 04 measured that
+    it pays (tensor-core GPUs, bf16 CPUs), channels_last where `cu.device.CHANNELS_LAST` (the
+    table lesson 05 grades by) says it pays under that autocast: on tensor-core GPUs, not on
+    bf16 CPUs (faster there, but it cost 6-11 points of accuracy at this budget)."""
     cls = device_class(device)
     # Quick mode (a CPU), held-out accuracy, n=1 each, 1 thread: batch 64 (lr 0.03) 55% after
     # 3 epochs, 91% after 5; batch 32 (lr 0.02) 71% after 3, 89% after 4. A CPU's time per
     # image is flat in the batch here (4.1 s CPU at 32 and 4.2 s at 64 for 7,500 images), so
     # the smaller batch's extra steps are free: batch 32 on a CPU, 512 on a GPU (lesson 02).
+    amp = cls in ("cuda-tensorcore", "cpu-bf16")
     return Recipe(
         epochs=pick(quick=4, full=16),
         batch_size=pick(quick=32, full=512),
         one_cycle=True,
         lr=pick(quick=0.02, full=0.004),
         data_on_device=True,
-        amp=cls in ("cuda-tensorcore", "cpu-bf16"),
-        channels_last=cls == "cuda-tensorcore",
+        amp=amp,
+        channels_last=channels_last_pays(cls, autocast=amp),
         conv_bias=False,
         sync_every_step=False,
         fused_optimizer=True,
@@ -126,57 +139,6 @@ def held_out_accuracy(model: nn.Module, device: torch.device | None = None) -> f
     return correct / len(x)
 
 
-def decode_all(dataset: Dataset, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every image decoded once into one uint8 tensor on the device (N, 3, 32, 32)."""
-    import numpy as np
-
-    images, labels = zip(*(dataset[i] for i in range(len(dataset))), strict=True)
-    x = torch.from_numpy(np.stack([np.asarray(im, dtype=np.uint8) for im in images]))
-    return x.permute(0, 3, 1, 2).contiguous().to(device), torch.tensor(labels, device=device)
-
-
-def device_batches(x: torch.Tensor, y: torch.Tensor, batch_size: int, generator: torch.Generator):
-    """Shuffled batches of uint8 images, augmented (random 4-pixel translation, horizontal
-    flip) and normalised on the device: the per-image CPU work of a DataLoader, batched."""
-    mean = torch.tensor(CIFAR_MEAN, device=x.device).view(1, 3, 1, 1) * 255
-    std = torch.tensor(CIFAR_STD, device=x.device).view(1, 3, 1, 1) * 255
-    padded = nn.functional.pad(x, (4, 4, 4, 4))  # zeros, as torchvision RandomCrop(padding=4)
-    size = x.shape[-1]
-    grid = torch.arange(size, device=x.device)
-    order = torch.randperm(len(x), generator=generator).to(x.device)
-    for i in range(0, len(x) - batch_size + 1, batch_size):
-        idx = order[i : i + batch_size]
-        dy, dx = torch.randint(0, 9, (2, len(idx), 1, 1), generator=generator).to(x.device)
-        rows = (grid.view(1, size, 1) + dy).unsqueeze(1)  # (B, 1, size, 1)
-        cols = (grid.view(1, 1, size) + dx).unsqueeze(1)  # (B, 1, 1, size)
-        chans = torch.arange(3, device=x.device).view(1, 3, 1, 1)
-        xb = padded[idx.view(-1, 1, 1, 1), chans, rows, cols].float()
-        flip = torch.rand(len(idx), 1, 1, 1, generator=generator).to(x.device) < 0.5
-        xb = torch.where(flip, xb.flip(3), xb)
-        yield (xb - mean) / std, y[idx]
-
-
-class _Transformed(Dataset):
-    def __init__(self, dataset: Dataset, transform):
-        self.dataset, self.transform = dataset, transform
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, i: int):
-        image, label = self.dataset[i]
-        return self.transform(image), label
-
-
-def newcomer_loader(dataset: Dataset, batch_size: int, generator=None) -> DataLoader:
-    """Lesson 03's starting point: decode and augment each image in the training process
-    (num_workers=0), every epoch."""
-    transformed = _Transformed(dataset, train_transform())
-    return DataLoader(
-        transformed, batch_size=batch_size, shuffle=True, drop_last=True, generator=generator
-    )
-
-
 def make_model(recipe: Recipe) -> nn.Module:
     if pick(quick=True, full=False):
         return SmallCNN(width=16, bias=recipe.conv_bias)
@@ -205,28 +167,46 @@ def grad_scaler(recipe: Recipe, device: torch.device) -> torch.amp.GradScaler:
 # --- training ----------------------------------------------------------------------------------
 
 
+def clock_of(device: torch.device) -> str:
+    """The clock a comparison reads here: "cpu" (CPU seconds of this process, run on one
+    thread: steady beside other work) on a CPU, "wall" (synchronised) on a GPU."""
+    return "cpu" if device.type == "cpu" else "wall"
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A stretch of training steps and its time on both clocks (synchronised at its end)."""
+
+    steps: int
+    wall_s: float
+    cpu_s: float
+
+
 @dataclass
 class Trained:
-    """What `fit` did: the model, its setup time and the time of each epoch (synchronised)."""
+    """What `fit` did: the model, its setup time and the time of each segment of steps (an
+    epoch unless `fit` was asked for shorter ones)."""
 
     model: nn.Module
-    setup_s: float  # model, optimizer and (data on the device) decoding, before epoch 1
-    epoch_s: list[float] = field(default_factory=list)
+    setup_s: float  # model, optimizer and (data on the device) decoding, before the first step
+    setup_cpu_s: float = 0.0  # the same, in CPU seconds of this process
+    segments: list[Segment] = field(default_factory=list)
     steps: int = 0
-    setup_cpu_s: float = 0.0  # the same, in CPU seconds of this process (the check's CPU clock)
-    epoch_cpu_s: list[float] = field(default_factory=list)
+    warmup: Segment | None = None  # the first steps, timed apart (see `training`)
 
-    @property
-    def seconds(self) -> float:
-        return self.setup_s + sum(self.epoch_s)
+    def per_step(self, clock: str, stat=statistics.median) -> float:
+        return stat(getattr(s, f"{clock}_s") / s.steps for s in self.segments)
 
-    def seconds_for(self, epochs: int) -> float:
-        """The time of a run of `epochs` epochs: every epoch is the same work (same data
-        path, batch and model), so setup + epochs x the median epoch measured."""
-        return self.setup_s + epochs * statistics.median(self.epoch_s)
+    def projected(self, steps: int, clock: str = "wall", stat=statistics.median) -> float:
+        """The time of a run of `steps` steps: every step of a recipe is the same work (same
+        data path, batch and model), so setup + steps x the median time per step measured
+        (`stat=min` / `max`: the fastest / slowest segment's rate, for a spread)."""
+        setup = self.setup_s if clock == "wall" else self.setup_cpu_s
+        return setup + steps * self.per_step(clock, stat)
 
-    def cpu_seconds_for(self, epochs: int) -> float:
-        return self.setup_cpu_s + epochs * statistics.median(self.epoch_cpu_s)
+    def total(self, clock: str = "wall") -> float:
+        setup = self.setup_s if clock == "wall" else self.setup_cpu_s
+        return setup + sum(getattr(s, f"{clock}_s") for s in self.segments)
 
 
 def _step(scaler: torch.amp.GradScaler, opt: torch.optim.Optimizer, sched, loss) -> None:
@@ -242,18 +222,39 @@ def _step(scaler: torch.amp.GradScaler, opt: torch.optim.Optimizer, sched, loss)
 
 
 @reference
-def fit(
+def fit(recipe: Recipe, dataset: Dataset, seed: int = 0, device=None, **options) -> Trained:
+    """Train a fresh model with `recipe` for `epochs` (default: the recipe's), or only its
+    first `max_steps` steps (a timing run), timed in segments of `segment_steps` steps (default:
+    one per epoch). A progress bar shows the epoch, the training accuracy and the time left."""
+    run = None
+    # the unguarded loop: fit's own guard already applies (a learner calling fit fails there)
+    for run in training.__wrapped__(recipe, dataset, seed, device, **options):  # noqa: B007
+        pass
+    if run is None:
+        raise ValueError(f"no training step: {len(dataset)} images, batch {recipe.batch_size}")
+    return run
+
+
+@reference
+def training(
     recipe: Recipe,
     dataset: Dataset,
     seed: int = 0,
     device=None,
     *,
     epochs: int | None = None,
+    max_steps: int | None = None,
+    segment_steps: int | None = None,
+    warmup_steps: int = 0,
+    decoded: Decoded | None = None,
     label: str = "training",
     leave: bool = True,
-) -> Trained:
-    """Train a fresh model with `recipe` for `epochs` (default: the recipe's). A progress bar
-    shows the epoch, the training accuracy so far and the time left."""
+) -> Iterator[Trained]:
+    """`fit`, one segment at a time: yields the run after each timed segment, so that several
+    recipes can be timed segment by segment, interleaved. The first `warmup_steps` steps are
+    timed apart (`Trained.warmup`), outside the rate: the first steps pay one-time costs.
+    `decoded`: the data set already decoded on the device by `decode_timed`; its measured
+    time counts as this run's setup (the same work, done once for several runs)."""
     device = torch.device(device) if device is not None else get_device()
     epochs = recipe.epochs if epochs is None else epochs
     torch.manual_seed(seed)
@@ -272,70 +273,139 @@ def fit(
         else None
     )
     scaler = grad_scaler(recipe, device)
-    if recipe.data_on_device:
+    if recipe.data_on_device and decoded is None:
         x_all, y_all = decode_all(dataset, device)
+    elif recipe.data_on_device:
+        x_all, y_all = decoded.x, decoded.y
     else:
         loader = newcomer_loader(dataset, recipe.batch_size, generator)
     synchronize(device)
-    run = Trained(model, time.perf_counter() - start, setup_cpu_s=time.process_time() - start_cpu)
-    bar = tqdm(total=epochs * steps_per_epoch, desc=label, unit="step", leave=leave)
-    for epoch in range(1, epochs + 1):
-        t0, cpu0 = time.perf_counter(), time.process_time()
-        correct, seen = torch.zeros((), device=device), 0
-        batches = (
-            device_batches(x_all, y_all, recipe.batch_size, generator)
-            if recipe.data_on_device
-            else loader
-        )
-        for x, y in batches:
-            x = x.to(device, non_blocking=True, memory_format=fmt)
-            y = y.to(device, non_blocking=True)
-            with autocast(device, enabled=recipe.amp, dtype=amp_dtype(device)):
-                out = model(x)
-                loss = nn.functional.cross_entropy(out, y)
-            opt.zero_grad(set_to_none=True)
-            _step(scaler, opt, sched, loss)
-            correct += (out.argmax(1) == y).sum()  # stays on the device: no sync
-            seen += len(y)
-            if recipe.sync_every_step:
-                loss.item()  # the habit lesson 10 removes: a host-device sync per step
-            run.steps += 1
-            bar.update()
+    run = Trained(model, time.perf_counter() - start, time.process_time() - start_cpu)
+    if recipe.data_on_device and decoded is not None:
+        run.setup_s, run.setup_cpu_s = run.setup_s + decoded.wall_s, run.setup_cpu_s + decoded.cpu_s
+    total = (
+        epochs * steps_per_epoch if max_steps is None else min(max_steps, epochs * steps_per_epoch)
+    )
+    bar = tqdm(total=total, desc=label, unit="step", leave=leave)
+    mark = [time.perf_counter(), time.process_time(), 0]  # segment start: wall, CPU, steps
+
+    def close_segment() -> None:
         synchronize(device)
-        run.epoch_s.append(time.perf_counter() - t0)
-        run.epoch_cpu_s.append(time.process_time() - cpu0)
-        bar.set_postfix_str(f"epoch {epoch}/{epochs}, train acc {float(correct) / seen:.1%}")
-    bar.close()
-    return run
+        wall, cpu = time.perf_counter(), time.process_time()
+        done = Segment(run.steps - mark[2], wall - mark[0], cpu - mark[1])
+        if warmup_steps and run.warmup is None:
+            run.warmup = done
+        else:
+            run.segments.append(done)
+        mark[:] = [wall, cpu, run.steps]
+
+    def restart_clocks() -> None:
+        mark[0], mark[1] = time.perf_counter(), time.process_time()
+
+    def segment_full() -> bool:
+        if warmup_steps and run.warmup is None:
+            return run.steps == warmup_steps
+        return bool(segment_steps) and run.steps - mark[2] == segment_steps
+
+    try:
+        for epoch in range(1, epochs + 1):
+            correct, seen = torch.zeros((), device=device), 0
+            batches = (
+                device_batches(x_all, y_all, recipe.batch_size, generator)
+                if recipe.data_on_device
+                else loader
+            )
+            for x, y in batches:
+                x = x.to(device, non_blocking=True, memory_format=fmt)
+                y = y.to(device, non_blocking=True)
+                with autocast(device, enabled=recipe.amp, dtype=amp_dtype(device)):
+                    out = model(x)
+                    loss = nn.functional.cross_entropy(out, y)
+                opt.zero_grad(set_to_none=True)
+                _step(scaler, opt, sched, loss)
+                correct += (out.argmax(1) == y).sum()  # stays on the device: no sync
+                seen += len(y)
+                if recipe.sync_every_step:
+                    loss.item()  # the habit lesson 10 removes: a host-device sync per step
+                run.steps += 1
+                bar.update()
+                if segment_full():
+                    warming = bool(warmup_steps) and run.warmup is None
+                    close_segment()
+                    if not warming:  # the warm-up is not a segment a consumer waits for
+                        yield run
+                        restart_clocks()  # other runs may have trained while this one waited
+                if run.steps == total:
+                    break
+            last = run.steps == total or epoch == epochs
+            if run.steps > mark[2] and (not segment_steps or last):  # else segments span epochs
+                close_segment()
+                yield run
+                restart_clocks()
+            bar.set_postfix_str(f"epoch {epoch}/{epochs}, train acc {float(correct) / seen:.1%}")
+            if run.steps == total:
+                break
+    finally:  # also when a consumer stops early (`close()` on the generator)
+        bar.close()
 
 
 @dataclass
 class Run:
-    """A recipe's run as the notebook reports it: time to target and held-out accuracy."""
+    """A recipe's run as the notebook reports it: its time to train the recipe's epochs and
+    its held-out accuracy. Times are on `clock`: CPU seconds on one thread on a CPU (steady
+    beside other work), synchronised wall seconds on a GPU."""
 
     recipe: Recipe
-    seconds: float  # training time, data preparation included, evaluation excluded
-    accuracy: float | None  # on the held-out test split; None for a timing-only run
-    steps: int
+    seconds: float  # training, data preparation included, evaluation excluded
+    accuracy: float | None  # on the held-out test split; None for a timing run
+    steps: int  # the steps trained: fewer than the recipe's in a timing run
     model: nn.Module | None = None
-    epochs_timed: int | None = None  # set when `seconds` comes from fewer epochs than the recipe
-    epoch_s: list[float] = field(default_factory=list)  # each epoch's time, for the spread
+    seconds_range: tuple[float, float] | None = None  # at its fastest / slowest segment's rate
+    timed_steps: int | None = None  # set for a timing run: `seconds` is projected from these
+    clock: str = "wall"
 
     @property
     def reached(self) -> bool:
         return self.accuracy is not None and self.accuracy >= target()
 
 
+def as_run(recipe: Recipe, trained: Trained, n_train: int, device, accuracy=None) -> Run:
+    """The Run of a `fit`: its own total if it trained every step, else projected from the
+    steps it timed; the spread at its fastest and slowest segment's rate."""
+    clock = clock_of(torch.device(device) if device is not None else get_device())
+    steps = recipe.epochs * (n_train // recipe.batch_size)
+    whole = trained.steps >= steps
+    seconds = trained.total(clock) if whole else trained.projected(steps, clock)
+    spread = tuple(trained.projected(steps, clock, f) for f in (min, max))
+    return Run(
+        recipe,
+        seconds,
+        accuracy,
+        trained.steps,
+        trained.model if accuracy is not None else None,
+        spread,
+        None if whole else sum(s.steps for s in trained.segments),
+        clock,
+    )
+
+
 @reference
 def train_recipe(
-    recipe: Recipe, dataset: Dataset, seed: int = 0, device=None, *, label: str = "training"
+    recipe: Recipe,
+    dataset: Dataset,
+    seed: int = 0,
+    device=None,
+    *,
+    epochs: int | None = None,
+    label: str = "training",
 ) -> Run:
-    """Train with `recipe`, then judge the model once on held-out data (after training)."""
-    trained = fit(recipe, dataset, seed, device, label=label)
+    """Train with `recipe` (one thread on a CPU, timed as the check times), then judge the
+    model once on held-out data, after training. `epochs` fewer than the recipe's: its time
+    is projected to the recipe's epochs, its accuracy is the one after `epochs`."""
+    with steady_cpu(1):
+        trained = fit(recipe, dataset, seed, device, epochs=epochs, label=label)
     accuracy = held_out_accuracy(trained.model, device)
-    return Run(
-        recipe, trained.seconds, accuracy, trained.steps, trained.model, None, trained.epoch_s
-    )
+    return as_run(recipe, trained, len(dataset), device, accuracy)
 
 
 def small_subset(dataset: Dataset, batches: int, batch_size: int) -> Dataset:

@@ -1,11 +1,60 @@
 """What `course selftest` runs for notebook 11: the speed-run check with the reference
-answer, and the headline effect (the tuned recipe against the baseline, time to target)."""
+answer, and the headline effect (the tuned recipe against the baseline, time to target);
+and the notebook's cost for the run-time estimator (`COST`, counted below)."""
 
 from __future__ import annotations
 
 from ...effects import effect
+from ...selftest.estimate import Cost, NotebookCost
 from . import reference as ref
 from .recipe import baseline, train_recipe, training_set, tuned_recipe
+
+# FLOPs by FlopCounterMode: one training step (forward + backward) of ResNet-9(64) at batch
+# 512: 1,163.3 GFLOP, at batch 32: 72.7; SmallCNN(16) at batch 32: 0.51. Forward of one test
+# image: ResNet-9 0.759, SmallCNN 0.0056. Host CPU seconds per image on the 2-vCPU EPYC (load
+# 10-13, so on the slow side): 0.48 ms decoded and augmented by the newcomer's DataLoader,
+# 0.10 ms by decode_all.
+STEP_GFLOP = {"resnet9-512": 1_163.3, "resnet9-32": 72.7, "smallcnn-32": 0.51}
+AUGMENT_MS, DECODE_MS = 0.48, 0.10
+
+
+def _full() -> Cost:
+    """Full mode: 50,000 training and 10,000 test images; 97 steps per epoch at batch 512,
+    1,562 at 32. The baseline once (2 epochs trained, projected to its 5), the check's one
+    pair (the learner's 16 epochs, the baseline's half epoch), the ablation (7 variants at
+    3 + 48 steps, the batch-32 one at 3 + 780, the baseline reused), cu.diagnose twice."""
+    big, small = STEP_GFLOP["resnet9-512"], STEP_GFLOP["resnet9-32"]
+    evals = 2 * 10_000 * 0.759  # the baseline's and the check's held-out accuracy, fp32
+    demo, check_base, warm = 2 * 1_562, 780, 3
+    ablation_big, ablation_small = 7 * 51, 783  # one of the 7 (float32) runs without autocast
+    diagnose = 200  # steps, both loops, probes included (estimated from quick mode's 12 + 12)
+    fp32 = (demo + check_base + warm) * small + 51 * big + evals + 100 * small
+    amp = (16 * 97 + warm) * big + 6 * 51 * big + ablation_small * small + 100 * big
+    augmented = (demo + check_base) * 32 + 51 * 512 + 100 * 32
+    decoded = 3 * 50_000  # the learner's run, the ablation's shared decode, diagnose's
+    host = augmented * AUGMENT_MS / 1e3 + decoded * DECODE_MS / 1e3 + 25  # + start, data, CUDA
+    steps = demo + check_base + 2 * warm + 16 * 97 + ablation_big + ablation_small + diagnose
+    return Cost(gflop=fp32, steps=steps, host_s=host, amp_gflop=amp)
+
+
+def _quick() -> Cost:
+    """Quick mode: 2,500 offline training images, 78 steps per epoch at batch 32, SmallCNN;
+    baseline 8 epochs, the check's 3 pairs (4 + half of 1 epoch), 6 variants at 3 + 76 steps."""
+    step = STEP_GFLOP["smallcnn-32"]
+    amp_steps = 3 * 4 * 78 + 5 * 79 + 3  # the tuned runs autocast (bf16 on cpu-bf16)
+    fp32_steps = 8 * 78 + 3 * 40 + 79 + 3 + 100
+    augmented = (8 * 78 + 3 * 40 + 79) * 32
+    host = augmented * AUGMENT_MS / 1e3 + 10 * 2_500 * DECODE_MS / 1e3 + 10
+    return Cost(fp32_steps * step, amp_steps + fp32_steps, host, amp_steps * step)
+
+
+COST = NotebookCost(
+    _quick(),
+    _full(),
+    "full: the check's one tuned 16-epoch ResNet-9 run under autocast, then the baseline's "
+    "per-image decoding (host) and fp32 epochs",
+    full_budget_s=(900.0, 180.0),  # issue 15: the whole capstone, 15 min on a T4, 3 on an H100
+)
 
 
 def answers() -> dict:

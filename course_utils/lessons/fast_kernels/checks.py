@@ -18,7 +18,7 @@ from ...checks import (
     not_applicable,
     retry_measure,
 )
-from ...device import device_class, get_device
+from ...device import channels_last_pays, device_class, get_device
 from ...measure import compare, steady_cpu
 from . import demo, layout
 from .reference import ReferenceSqueezeExcite
@@ -278,7 +278,7 @@ def _cl_speed(legacy: nn.Module, model: nn.Module, x: torch.Tensor, xl: torch.Te
         value,
         limit,
         "NCHW step time / channels_last step time",
-        applies=cls == "cpu-bf16",
-        reason=f"the threshold is calibrated on cpu-bf16 CPUs only; on {cls} the effect is "
-        "reported, not graded",
+        applies=channels_last_pays(cls),
+        reason=f"channels_last is not known to pay on {cls} (cu.device.CHANNELS_LAST, the table "
+        "the capstone follows too): the effect is reported, not graded",
     )
