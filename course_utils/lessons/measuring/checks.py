@@ -293,6 +293,12 @@ def _top(ops: dict[str, tuple[float, int, float]]) -> tuple[str, float]:
     return name, ops[name][0]
 
 
+def _slowest_per_call(ops: dict[str, tuple[float, int, float]]) -> float:
+    """The largest self time per call of an operator (ranges excluded): what an answer that
+    follows single calls finds, told apart from a guess that names another single-call op."""
+    return max(t / max(n, 1) for k, (t, n, _) in ops.items() if k.startswith("aten::"))
+
+
 def _op_diagnosis(
     name: str, ops: dict[str, tuple[float, int, float]], step, right_elsewhere: bool
 ) -> str:
@@ -318,7 +324,7 @@ def _op_diagnosis(
     (mine, calls, total), (best, top_calls, _) = ops[name], ops[top]
     if total >= max(t for _, _, t in ops.values()) or not name.startswith("aten::"):
         why = "its *total* time includes everything called inside it: rank by self time"
-    elif mine / calls > best / top_calls and top_calls > 1:
+    elif mine / calls >= 0.95 * _slowest_per_call(ops) and top_calls > 1:
         why = (
             f"its calls are the slowest one by one, but {top!r} ran {top_calls} times and adds "
             "up to more: sum over calls (key_averages())"

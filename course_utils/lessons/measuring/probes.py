@@ -78,9 +78,9 @@ def timer_diagnosis(t: float, time_step: Callable, low: float, high: float) -> s
             "a sum) counts an outlier, the median of the samples does not"
         )
     return (
-        f"right on a steady step and with one slow call after the warm-up, so the slow first "
-        f"{SLOW_CALLS} calls pulled your figure up: call step() `warmup` times (the argument, "
-        "not a fixed count) before timing"
+        f"right on a steady step and with one slow call after the warm-up, so the one-off "
+        f"cost of the first {SLOW_CALLS} calls pulled your figure up: call step() `warmup` "
+        "times (the argument, not a fixed count) before timing"
     )
 
 
