@@ -99,16 +99,16 @@ def stop(rec, losses: list[float], n: int, blowup: float, end: float) -> tuple[b
     taken, raw = len(rec.lr), rec.loss
     if blew is not None and blew == len(losses) - 1:
         return True, f"stopped after {taken} of {n} steps, at lr {rec.lr[-1]:.3g}"
-    if blew is not None:
-        return False, (
-            f"your smoothed loss blew up at step {blew} (above {blowup:g}x its minimum, or not "
-            f"finite), yet the test went on to step {len(losses) - 1}: break right after it"
-        )
     if taken >= n:
         return False, (
             f"ran all {n} steps up to lr {end:g} (raw loss reached "
             f"{max(raw, default=math.nan):.3g}): break once the smoothed loss is not finite or "
             "above blowup x its minimum"
+        )
+    if blew is not None:
+        return False, (
+            f"your smoothed loss blew up at step {blew} (above {blowup:g}x its minimum, or not "
+            f"finite), yet the test went on to step {len(losses) - 1}: break right after it"
         )
     last = losses[-1] / best if losses and best > 0 else math.nan
     raw_blew = bool(raw) and (not math.isfinite(raw[-1]) or raw[-1] > blowup * min(raw))
