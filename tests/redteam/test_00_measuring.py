@@ -9,7 +9,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 import torch
-from helpers_00_03 import assert_verdict, in_ci, open_holes, run_check
+from redteam_helpers import assert_verdict, in_ci, run_check
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
@@ -158,13 +158,6 @@ STEP_TIMER = [
     pytest.param(timer_ns_numpy, "passed", None, (), id="valid-ns-numpy-median"),
     pytest.param(timer_sorted_middle, "passed", None, (), id="valid-sorted-middle"),
 ]
-STEP_TIMER = open_holes(
-    STEP_TIMER,
-    {
-        "wrong-mean": "no slow sample after the warm-up: the mean equals the median",
-        "wrong-process-time": "told to synchronize; no probe with a synchronous step tells process_time apart",
-    },
-)
 STEP_TIMER = in_ci(STEP_TIMER, {"valid-sorted-middle", "wrong-mean", "wrong-no-sync"})
 
 
@@ -409,12 +402,6 @@ TRAIN_FLOPS = [
     pytest.param(flops_counted, "passed", None, (), id="valid-flop-counter"),
     pytest.param(flops_float_closed_form, "passed", None, (), id="valid-float-closed-form"),
 ]
-TRAIN_FLOPS = open_holes(
-    TRAIN_FLOPS,
-    {
-        "wrong-skip-last-layer": "message does not say which layer the formula skipped",
-    },
-)
 
 
 @pytest.mark.parametrize("fn, expected, cause, not_causes", TRAIN_FLOPS)
@@ -513,13 +500,6 @@ SLOWEST_OP = [
     pytest.param(op_summed_events, "passed", None, (), id="valid-summed-events"),
     pytest.param(op_sorted_three_calls, "passed", None, (), id="valid-three-calls-sorted"),
 ]
-SLOWEST_OP = open_holes(
-    SLOWEST_OP,
-    {
-        "wrong-no-warmup": "no hidden step has a first-call cost",
-        "wrong-grouped-by-shape": "the dominant op always runs at one shape",
-    },
-)
 SLOWEST_OP = in_ci(SLOWEST_OP, {"valid-summed-events", "wrong-no-warmup", "wrong-total-time"})
 
 

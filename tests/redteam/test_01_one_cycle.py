@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from helpers_00_03 import assert_verdict, in_ci, open_holes, run_check
+from redteam_helpers import assert_verdict, in_ci, run_check
 from torch import nn
 from torch.optim.lr_scheduler import ExponentialLR, OneCycleLR
 
@@ -290,15 +290,6 @@ LR_RANGE = [
         range_logspace, tenth_of_minimum, "passed", None, (), id="valid-geomspace-tenth-of-minimum"
     ),
 ]
-LR_RANGE = open_holes(
-    LR_RANGE,
-    {
-        "wrong-first-param-group-only": "the optimizer has one param group",
-        "wrong-stops-on-raw-loss": "the stop is not checked against the returned smoothed curve",
-        "wrong-gamma-off-by-one": "the ratio between rates is not compared exactly",
-        "wrong-drops-the-stopping-step": "steps taken and lrs returned are not compared in number",
-    },
-)
 # A range test that passes makes the check train the model at several rates (25-50 s under
 # load): CI runs one that fails early; tests/test_lesson_01.py passes the solution through it.
 LR_RANGE = in_ci(LR_RANGE, {"wrong-linear-sweep"})
@@ -472,12 +463,6 @@ ONE_CYCLE = [
     pytest.param(cycle_total_steps_explicit, "passed", None, (), id="valid-total-steps-explicit"),
     pytest.param(cycle_ceil_batches, "passed", None, (), id="valid-ceil-batch-count"),
 ]
-ONE_CYCLE = open_holes(
-    ONE_CYCLE,
-    {
-        "wrong-returns-none": "the returned scheduler is never compared",
-    },
-)
 ONE_CYCLE = in_ci(
     ONE_CYCLE, {"valid-ceil-batch-count", "wrong-returns-none", "wrong-stepped-per-epoch"}
 )

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from helpers_00_03 import assert_verdict, in_ci, open_holes, run_check
+from redteam_helpers import assert_verdict, in_ci, run_check
 
 import course_utils as cu
 from course_utils.lessons import batch_size as lesson
@@ -111,7 +111,11 @@ THROUGHPUT = [
         id="wrong-counts-samples-twice",
     ),
     pytest.param(
-        sweep_seconds_per_sample, "failed", None, (FIRST_CALL,), id="wrong-seconds-per-sample"
+        sweep_seconds_per_sample,
+        "failed",
+        r"seconds per sample",
+        (FIRST_CALL,),
+        id="wrong-seconds-per-sample",
     ),
     pytest.param(
         sweep_builds_inside_timing,
@@ -130,12 +134,6 @@ THROUGHPUT = [
     pytest.param(sweep_min_of_time_fn, "passed", None, (), id="valid-min-of-time-fn"),
     pytest.param(sweep_manual_median, "passed", None, (), id="valid-manual-median"),
 ]
-THROUGHPUT = open_holes(
-    THROUGHPUT,
-    {
-        "wrong-seconds-per-sample": "told the first call is slow, though it warms up",
-    },
-)
 THROUGHPUT = in_ci(THROUGHPUT, {"valid-manual-median", "wrong-no-warmup", "wrong-steps-per-second"})
 
 
@@ -376,12 +374,6 @@ LARGEST_BATCH = [
     pytest.param(batch_by_message, "passed", None, (), id="valid-oom-by-message-as-cuda-words-it"),
     pytest.param(batch_from_the_top, "passed", None, (), id="valid-largest-first-own-oom-test"),
 ]
-LARGEST_BATCH = open_holes(
-    LARGEST_BATCH,
-    {
-        "wrong-releases-inside-except": "what the probe leaves cached is never read",
-    },
-)
 LARGEST_BATCH = in_ci(
     LARGEST_BATCH,
     {
@@ -514,12 +506,6 @@ LR_SCALING = [
     pytest.param(sched_linear_lr, "passed", None, (), id="valid-prescaled-linear-lr"),
     pytest.param(sched_interp, "passed", None, (), id="valid-np-interp"),
 ]
-LR_SCALING = open_holes(
-    LR_SCALING,
-    {
-        "wrong-decays-after-warmup": "few steps compared after the warm-up",
-    },
-)
 
 
 @pytest.mark.parametrize("fn, expected, cause, not_causes", LR_SCALING)

@@ -6,7 +6,7 @@ import time
 
 import pytest
 import torch
-from helpers_00_03 import assert_verdict, in_ci, run_check
+from redteam_helpers import FULL, assert_verdict, in_ci, run_check
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, default_collate
 
 from course_utils.lessons import data_loading as lesson
@@ -234,7 +234,8 @@ def fast_batch_sampler(dataset, batch_size, device):
 
 
 def fast_usable_cpus(dataset, batch_size, device):
-    """Valid: every usable CPU but one, at least one; a seeded generator; the default collate."""
+    """Valid from 3 usable CPUs on (see its test): every usable CPU but one, at least one; a
+    seeded generator; the default collate."""
     workers = max(1, min(2, lesson.usable_cpus() - 1))
     return DataLoader(
         dataset,
@@ -292,21 +293,6 @@ FAST_LOADER = [
         id="wrong-four-workers-rule",
     ),
     pytest.param(fast_batch_sampler, "passed", None, (), id="valid-batch-sampler"),
-    pytest.param(fast_usable_cpus, "passed", None, (), id="valid-usable-cpus-generator"),
-]
-FAST_LOADER = [  # open hole, seen only where the speed part is timed (two free cores)
-    p
-    if p.id != "valid-usable-cpus-generator"
-    else pytest.param(
-        *p.values,
-        marks=pytest.mark.xfail(
-            strict=False,
-            reason="open hole: the speed part times loading alone, which one worker cannot "
-            "speed up; a sweep that chose 1 worker fails on an idle 2-core machine",
-        ),
-        id=p.id,
-    )
-    for p in FAST_LOADER
 ]
 FAST_LOADER = in_ci(
     FAST_LOADER,
@@ -322,6 +308,20 @@ FAST_LOADER = in_ci(
 @pytest.mark.parametrize("fn, expected, cause, not_causes", FAST_LOADER)
 def test_fast_loader(fn, expected, cause, not_causes):
     assert_verdict(run_check(lesson.check_fast_loader, fn), expected, cause, not_causes)
+
+
+@pytest.mark.skipif(not FULL, reason="slow red-team case: COURSE_REDTEAM=all runs it")
+def test_fast_loader_every_cpu_but_one_depends_on_the_cores():
+    """Every usable CPU but one gives 2 workers from 3 CPUs on: valid. On 2 CPUs it gives 1,
+    and one worker cannot speed up the check's epoch, which only loads (0.9x measured against
+    1.46x required on an idle 2-core machine): where two cores are free the sweep the notebook
+    asks for shows 2 faster, so the speed part fails it and says why; where they are not, the
+    speed part is not timed and the loader passes (README: 03-fast-loader)."""
+    verdict = run_check(lesson.check_fast_loader, fast_usable_cpus)
+    if lesson.usable_cpus() >= 3:
+        assert_verdict(verdict, "passed")
+    elif verdict.status != "passed":
+        assert_verdict(verdict, "failed", r"num_workers=1", (r"pickl|persistent|pin",))
 
 
 # --- 03-transfer: to_device(batch, device, mean, std) -> (float32 images, labels) on device -

@@ -13,7 +13,7 @@ from collections import defaultdict
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers_04_07 import SLOW, assert_verdict, run_check
+from redteam_helpers import SLOW, assert_verdict, run_check
 from torch import nn
 
 from course_utils.lessons import fast_kernels as lesson

@@ -10,7 +10,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from helpers_04_07 import SLOW, assert_verdict, run_check
+from redteam_helpers import SLOW, assert_verdict, run_check
 
 from course_utils.lessons import distributed as lesson
 from course_utils.lessons.distributed import checks

@@ -10,7 +10,7 @@ import itertools
 import math
 
 import pytest
-from helpers_04_07 import SLOW, assert_verdict, run_check
+from redteam_helpers import SLOW, assert_verdict, run_check
 from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
 from course_utils.lessons import accumulation as lesson

@@ -13,7 +13,7 @@ import statistics
 import numpy as np
 import pytest
 import torch
-from helpers_08_10 import assert_verdict, case, grade
+from redteam_helpers import assert_graded, case, grade
 from torch import nn
 
 import course_utils as cu
@@ -114,7 +114,7 @@ TOTAL_NORM = [
 
 @pytest.mark.parametrize("fn, expect, names, not_names", TOTAL_NORM)
 def test_total_norm(fn, expect, names, not_names):
-    assert_verdict(grade(lesson.check_total_norm, fn), expect, names, not_names)
+    assert_graded(grade(lesson.check_total_norm, fn), expect, names, not_names)
 
 
 # --- 08-clipped-step -------------------------------------------------------------------------
@@ -256,7 +256,7 @@ CLIPPED_STEP = [
 
 @pytest.mark.parametrize("fn, expect, names, not_names", CLIPPED_STEP)
 def test_clipped_step(fn, expect, names, not_names):
-    assert_verdict(grade(lesson.check_clipped_step, fn), expect, names, not_names)
+    assert_graded(grade(lesson.check_clipped_step, fn), expect, names, not_names)
 
 
 # --- 08-max-norm -----------------------------------------------------------------------------
@@ -336,7 +336,7 @@ MAX_NORM = [
 
 @pytest.mark.parametrize("fn, expect, names, not_names", MAX_NORM)
 def test_choose_max_norm(fn, expect, names, not_names):
-    assert_verdict(grade(lesson.check_choose_max_norm, fn), expect, names, not_names)
+    assert_graded(grade(lesson.check_choose_max_norm, fn), expect, names, not_names)
 
 
 # --- 08-amp-clip -----------------------------------------------------------------------------
@@ -499,4 +499,4 @@ AMP_CLIP = [
 
 @pytest.mark.parametrize("fn, expect, names, not_names", AMP_CLIP)
 def test_amp_clipped_step(fn, expect, names, not_names):
-    assert_verdict(grade(lesson.check_amp_clipped_step, fn), expect, names, not_names)
+    assert_graded(grade(lesson.check_amp_clipped_step, fn), expect, names, not_names)

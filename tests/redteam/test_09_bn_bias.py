@@ -15,7 +15,7 @@ import statistics
 import pytest
 import torch
 import torch.fx
-from helpers_08_10 import assert_verdict, case, grade
+from redteam_helpers import assert_graded, case, grade
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.utils.fusion import fuse_conv_bn_eval, fuse_linear_bn_eval
@@ -241,7 +241,7 @@ REMOVE_BIASES = [
 
 @pytest.mark.parametrize("fn, expect, names, not_names", REMOVE_BIASES)
 def test_remove_biases(fn, expect, names, not_names):
-    assert_verdict(grade(lesson.check_remove_biases, fn), expect, names, not_names)
+    assert_graded(grade(lesson.check_remove_biases, fn), expect, names, not_names)
 
 
 # --- 09-speed-verdict ------------------------------------------------------------------------
@@ -327,7 +327,7 @@ SPEED_VERDICT = [
 
 @pytest.mark.parametrize("fn, expect, names, not_names", SPEED_VERDICT)
 def test_speed_verdict(fn, expect, names, not_names):
-    assert_verdict(grade(lesson.check_speed_verdict, fn), expect, names, not_names)
+    assert_graded(grade(lesson.check_speed_verdict, fn), expect, names, not_names)
 
 
 # --- 09-fuse ---------------------------------------------------------------------------------
@@ -521,4 +521,4 @@ def test_fuse(fn, expect, names, not_names, monkeypatch):
     if fn.__name__ not in TIMED:
         passing = checks.at_least("inference speed-up", 2.0, 1.15, "stubbed in this test")
         monkeypatch.setattr(bn_checks, "_fusion_speed", lambda fuse: passing)
-    assert_verdict(grade(lesson.check_fuse, fn), expect, names, not_names)
+    assert_graded(grade(lesson.check_fuse, fn), expect, names, not_names)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers_08_10 import assert_verdict, case, grade
+from redteam_helpers import assert_graded, case, grade
 
 from course_utils.lessons import habits as lesson
 from course_utils.lessons.habits import checks as habit_checks
@@ -187,7 +187,7 @@ def test_fast_train(fn, expect, names, not_names, monkeypatch):
         monkeypatch.setattr(habit_checks, "_speed", lambda fn, steps, every: (5.0, 5.0, 1.0))
     if fn.__name__.startswith("wrong_"):  # the cheapest workload the check allows
         monkeypatch.setattr(habit_checks, "steps_and_every", lambda: (10, 5))
-    assert_verdict(grade(lesson.check_fast_train, fn), expect, names, not_names)
+    assert_graded(grade(lesson.check_fast_train, fn), expect, names, not_names)
 
 
 # --- 10-to-tensor ----------------------------------------------------------------------------
@@ -259,7 +259,7 @@ TO_TENSOR = [
 
 @pytest.mark.parametrize("fn, expect, names, not_names", TO_TENSOR)
 def test_to_tensor(fn, expect, names, not_names):
-    assert_verdict(grade(lesson.check_to_tensor, fn), expect, names, not_names)
+    assert_graded(grade(lesson.check_to_tensor, fn), expect, names, not_names)
 
 
 # --- 10-evaluate -----------------------------------------------------------------------------
@@ -390,6 +390,6 @@ EVALUATE = [
 @pytest.mark.parametrize("fn, expect, names, not_names", EVALUATE)
 def test_evaluate(fn, expect, names, not_names):
     try:
-        assert_verdict(grade(lesson.check_evaluate, fn), expect, names, not_names)
+        assert_graded(grade(lesson.check_evaluate, fn), expect, names, not_names)
     finally:
         torch.set_grad_enabled(True)  # a wrong answer may leave it off

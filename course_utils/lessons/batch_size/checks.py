@@ -4,11 +4,15 @@ and the noise scale of a problem with a closed form."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
 from collections.abc import Callable
+from unittest import mock
 
 import torch
 
+from ... import device as device_module
 from ...checks import Threshold, at_most, check, correct, retry_measure
 from ...errors import ReferenceUsed
 from ...measure import Throughput, steady_cpu
@@ -72,23 +76,33 @@ def check_throughput_sweep(throughput_sweep: Callable) -> list:
         unit="x",
     )
     if value > factor:
-        part.message += _why_throughput(last, make, sizes)
+        part.message += _why_throughput(last, make, sizes, throughput_sweep, factor)
     return [part]
 
 
-def _why_throughput(got: dict, make, sizes: list[int]):
-    """A suffix for the message naming the likely mistake (empty when none fits)."""
+def _why_throughput(got: dict, make, sizes: list[int], sweep: Callable, factor: float) -> str:
+    """A suffix naming the mistake the numbers or a probe confirm (empty when none does)."""
     true = {b: make.samples_per_s(b) for b in sizes}
     r = [got[b] / true[b] for b in sizes]
     if all(abs(x * b - 1) < 0.3 for x, b in zip(r, sizes, strict=True)):
         return " (these are steps/s: multiply by the batch size)"
+    if all(abs(got[b] * true[b] - 1) < 0.3 for b in sizes):
+        return " (these are seconds per sample: samples/s is batch size / seconds per step)"
     if all(abs(x - 2) < 0.4 for x in r) or all(abs(x - 0.5) < 0.1 for x in r):
         return " (off by 2x at every size: count the samples of one step once)"
     first = make(sizes[0]).seconds
     if all(abs(got[b] * first / b - 1) < 0.3 for b in sizes):
         return " (every size ran the first size's step: call make_step(b) for each b)"
-    if r[0] < 0.6:
-        return " (slowest at the smallest batch: the first call is slow; warm up, take the median)"
+    steady = known_cost_steps(first_call_s=0.0)  # the same steps without a slow first call
+    rates = sweep(steady, list(sizes))
+    if isinstance(rates, dict) and all(
+        b in rates and 1 / factor <= _rate(rates[b]) / steady.samples_per_s(b) <= factor
+        for b in sizes
+    ):
+        return (
+            " (on the same steps without their slow first call your sweep is right: it times "
+            "the first call; warm up before timing, take the median)"
+        )
     return ""
 
 
@@ -151,13 +165,35 @@ def check_largest_batch(largest_batch: Callable) -> list:
         memory = SimulatedMemory(capacity * MiB, error)
         make = simulated_steps(memory, model * MiB, act * MiB, state * MiB, bug_from=bug)
         candidates = MEMORY_CANDIDATES[name]
-        parts.append(
-            _grade_probe(name, case, candidates, lambda m=make, c=candidates: largest_batch(m, c))
-        )
+        with _releases_into(memory):
+            parts.append(
+                _grade_probe(
+                    name, case, candidates, lambda m=make, c=candidates: largest_batch(m, c), memory
+                )
+            )
     return parts
 
 
-def _grade_probe(name: str, case: tuple, candidates: list[int], probe: Callable):
+@contextlib.contextmanager
+def _releases_into(memory: SimulatedMemory):
+    """Route the learner's cache releases (lesson.release_cached_memory, torch.cuda.empty_cache)
+    to the simulated device, which records what was still referenced at each."""
+
+    def release(*_args, **_kwargs) -> None:
+        memory.release_cache()
+
+    package = sys.modules[__package__]
+    with (
+        mock.patch.object(package, "release_cached_memory", release),
+        mock.patch.object(device_module, "release_cached_memory", release),
+        mock.patch.object(torch.cuda, "empty_cache", release),
+    ):
+        yield
+
+
+def _grade_probe(
+    name: str, case: tuple, candidates: list[int], probe: Callable, memory: SimulatedMemory
+):
     bug = case[5]
     try:
         got = probe()
@@ -186,6 +222,17 @@ def _grade_probe(name: str, case: tuple, candidates: list[int], probe: Callable)
     want = _answer(case, candidates)
     ok = got == want
     why = "" if ok else _why_probe(name, case, candidates, got, want)
+    held = max(memory.held_at_release, default=0)
+    if ok and held:
+        return correct(
+            name,
+            False,
+            f"largest batch that fits: yours {got}, right; but when your probe released the "
+            f"cache, {held / MiB:.0f} MiB of a try were still referenced, which a cache release "
+            "cannot free (inside `except`, the exception's traceback holds the failed try's "
+            "frame; or a variable still holds its step): release after the except block, once "
+            "nothing refers to the try",
+        )
     return correct(name, ok, f"largest batch that fits: yours {got}, the device's {want}{why}")
 
 
@@ -219,6 +266,9 @@ def _why_probe(name: str, case: tuple, candidates: list[int], got, want) -> str:
 
 # (base LR, batch, warm-up steps, base batch): k = 4, 1.5 and 2.5, so that integer division shows
 LR_CASES = [(0.1, 1024, 5, 256), (0.05, 384, 10, 256), (0.2, 160, 4, 64)]
+# steps compared after the warm-up, for "then hold it": a cosine decay over 1000 steps moves
+# the LR by 6e-5 in 5 steps (within rel_tol), by 21% in 300; one over 10,000 steps by 0.2%
+LR_STEPS_AFTER = 300
 
 
 @check(
@@ -230,7 +280,7 @@ LR_CASES = [(0.1, 1024, 5, 256), (0.05, 384, 10, 256), (0.2, 160, 4, 64)]
 def check_lr_schedule(make_schedule: Callable) -> list:
     parts = []
     for base_lr, batch, warmup, base_batch in LR_CASES:
-        steps = warmup + 5
+        steps = warmup + LR_STEPS_AFTER
         got = lr_per_step(make_schedule, base_lr, batch, warmup, steps, base_batch)
         want = lr_per_step(reference_lr_schedule, base_lr, batch, warmup, steps, base_batch)
         bad = next(
@@ -262,8 +312,11 @@ def _why_lr(got: list[float], base_lr: float, batch: int, base_batch: int, warmu
     return f" (the ramp should be linear and reach the peak exactly at step {warmup})"
 
 
-def _fmt(lrs: list[float]) -> str:
-    return "[" + ", ".join(f"{v:.3g}" for v in lrs) + "]"
+def _fmt(lrs: list[float], head: int = 12) -> str:
+    shown = [f"{v:.3g}" for v in lrs[:head]]
+    if len(lrs) > head:
+        shown += [f"... ({len(lrs)} steps)", f"{lrs[-1]:.3g}"]
+    return "[" + ", ".join(shown) + "]"
 
 
 # --- exercise 4: gradient noise scale --------------------------------------------------------------

@@ -3,6 +3,7 @@ memory limit, a memory budget for real steps on any device, and the CUDA peak-me
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable, Sequence
 
@@ -90,6 +91,13 @@ class SimulatedMemory:
 
     def __init__(self, capacity: int, error: Callable[[str], Exception]):
         self.capacity, self.error, self.in_use, self.peak = capacity, error, 0, 0
+        self.held_at_release: list[int] = []  # bytes still referenced at each cache release
+
+    def release_cache(self) -> None:
+        """What `empty_cache()` would find: bytes still referenced cannot be given back (a
+        caching allocator only returns free blocks), so each call records what is held."""
+        gc.collect()
+        self.held_at_release.append(self.in_use)
 
     def alloc(self, nbytes: int, what: str) -> _Block:
         if self.in_use + nbytes > self.capacity:

@@ -19,6 +19,7 @@ from .demo import (
     record_schedule,
     steps_table,
     summary,
+    train_on_next,
     train_run,
 )
 from .judge import RANGE_SWEEP, run_range_test
@@ -55,5 +56,6 @@ __all__ = [
     "run_range_test",
     "steps_table",
     "summary",
+    "train_on_next",
     "train_run",
 ]

@@ -7,7 +7,6 @@ optimizer really did (a step pre-hook), so it grades behaviour, not code structu
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
@@ -61,37 +60,15 @@ def check_lr_range_test(lr_range_test: Callable, suggest_lr: Callable) -> list:
     )
     lrs, losses, rec = judge.run_range_test(lr_range_test)
     parts = [correct("exponential sweep", *judge.geometric(lrs, start, end, n))]
-    k = min(len(rec.lr), len(lrs))  # breaking just before or after the blow-up are both fine
-    applied = abs(len(rec.lr) - len(lrs)) <= 1 and k > 0 and np.allclose(rec.lr[:k], lrs[:k])
-    parts.append(
-        correct(
-            "lr applied",
-            applied,
-            f"the optimizer stepped {len(rec.lr)} times with the lrs you returned"
-            if applied
-            else f"the optimizer stepped {len(rec.lr)} times with lrs {judge.fmt_list(rec.lr)}, you "
-            f"returned {judge.fmt_list(lrs)}: set group['lr'] in every optimizer.param_groups "
-            "before optimizer.step() (optimizer.defaults is only read when a group is added)",
-        )
-    )
+    parts.append(correct("lr applied", *judge.applied(rec, lrs)))
     parts.append(
         correct(
             "smoothed loss", *judge.smoothing(rec.loss, losses, judge.RANGE_SWEEP["beta"], limit)
         )
     )
-    stopped = len(rec.lr) < n
+    stopped, said = judge.stop(rec, losses, n, judge.RANGE_SWEEP["blowup"], end)
     parts.append(
-        correct(
-            "stops when the loss blows up",
-            stopped,
-            f"stopped after {len(rec.lr)} of {n} steps, at lr {rec.lr[-1] if rec.lr else 0:.3g}"
-            if stopped
-            else f"ran all {n} steps up to lr {end:g} (raw loss reached "
-            f"{max(rec.loss, default=math.nan):.3g}): break once the smoothed loss is not "
-            "finite or above blowup x its minimum",
-            value=len(rec.lr),
-            threshold=n,
-        )
+        correct("stops when the loss blows up", stopped, said, value=len(rec.lr), threshold=n)
     )
     suggestion = float(suggest_lr(lrs, losses))
     lo, hi = THRESHOLDS["lr_window_low"].value, THRESHOLDS["lr_window_high"].value
@@ -118,7 +95,7 @@ def check_lr_range_test(lr_range_test: Callable, suggest_lr: Callable) -> list:
 
 
 def _one_cycle_case(fit_one_cycle: Callable, kind: str, max_lr: float) -> list:
-    recorder, total, batches, ran_out = judge.record_fit(fit_one_cycle, kind, max_lr)
+    recorder, total, batches, ran_out, returned = judge.record_fit(fit_one_cycle, kind, max_lr)
     epochs = judge.ONE_CYCLE_EPOCHS
     if ran_out:
         return [
@@ -173,6 +150,7 @@ def _one_cycle_case(fit_one_cycle: Callable, kind: str, max_lr: float) -> list:
             else f"{went}; with cycle_momentum=True (the default) it goes 0.95 -> 0.85 -> 0.95",
         )
     )
+    parts.append(correct(f"{kind}: returns the scheduler", *returned))
     return parts
 
 

@@ -76,8 +76,34 @@ def fresh_model(width: int = 16, seed: int = 0, device=None) -> nn.Module:
     return SmallCNN(width=width).to(device or get_device())
 
 
+def train_on_next(model: nn.Module, optimizer, batches: Iterator, loss_fn: Callable) -> float:
+    """One training step on the next batch of `batches`; its raw loss, as a float. The range
+    test's loop around it (the lr, the smoothing, the stop) is the exercise; this is not."""
+    x, y = next(batches)
+    loss = loss_fn(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
 def adamw(model: nn.Module, lr: float) -> torch.optim.AdamW:
     return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=WEIGHT_DECAY)
+
+
+def adamw_two_groups(model: nn.Module, lr: float) -> torch.optim.AdamW:
+    """AdamW with two param groups, matrices and the rest, as a decay / no-decay split makes
+    them, but with the same settings: it trains exactly as `adamw` does, and a range test that
+    sets only `param_groups[0]` leaves the second group behind, as it would in real code."""
+    params = list(model.parameters())
+    return torch.optim.AdamW(
+        [
+            {"params": [p for p in params if p.dim() >= 2]},
+            {"params": [p for p in params if p.dim() < 2]},
+        ],
+        lr=lr,
+        weight_decay=WEIGHT_DECAY,
+    )
 
 
 # --- the schedules compared -------------------------------------------------------------------
@@ -207,10 +233,12 @@ def plot_range_test(lrs, losses, *, title: str, raw=None, marks: dict | None = N
 
 class StepRecorder:
     """Records, at every optimizer.step(), the lr and momentum (SGD) or beta1 (Adam/AdamW) of
-    param group 0, and the last raw loss `losses` holds: what the update really used."""
+    param group 0, every group's lr, and the last raw loss `losses` holds: what the update
+    really used."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, losses: list[float] | None = None):
         self.lr: list[float] = []
+        self.group_lrs: list[tuple[float, ...]] = []  # every group's lr, step by step
         self.momentum: list[float] = []
         self.loss: list[float] = []
         self._losses = losses
@@ -219,6 +247,7 @@ class StepRecorder:
     def _record(self, optimizer, args, kwargs) -> None:
         group = optimizer.param_groups[0]
         self.lr.append(float(group["lr"]))
+        self.group_lrs.append(tuple(float(g["lr"]) for g in optimizer.param_groups))
         self.momentum.append(
             float(group["betas"][0] if "betas" in group else group.get("momentum", 0.0))
         )

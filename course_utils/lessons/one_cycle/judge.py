@@ -11,11 +11,11 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from torch import nn
-from torch.optim.lr_scheduler import OneCycleLR
+from torch.optim.lr_scheduler import LRScheduler, OneCycleLR
 from torch.utils.data import DataLoader, TensorDataset
 
 from ...session import seed_everything
-from .demo import LossRecorder, StepRecorder, adamw, batch_stream, decoded, fresh_model
+from .demo import LossRecorder, StepRecorder, adamw_two_groups, batch_stream, decoded, fresh_model
 
 RANGE_SWEEP = dict(start_lr=1e-6, end_lr=100.0, num_steps=100, beta=0.9, blowup=4.0)
 CHECK_TRAIN_IMAGES, CHECK_TEST_IMAGES = 4000, 1000  # the notebook's quick sizes: one decode
@@ -30,14 +30,16 @@ def fmt_list(xs, k: int = 3) -> str:
 
 
 def geometric(lrs: list[float], start: float, end: float, n: int) -> tuple[bool, str]:
-    """Is `lrs` an exponential sweep from `start` towards `end` in n - 1 (or n) steps?"""
+    """Is `lrs` the exponential sweep from `start` to `end` in n rates (n - 1 ratios), the
+    notebook's `gamma = (end / start) ** (1 / (n - 1))`? The ratio is compared to 1e-4: the
+    off-by-one `1 / n` is 0.18% smaller here (1.2023 against 1.2045)."""
     if len(lrs) < 3:
         return False, f"the sweep returned only {len(lrs)} learning rates"
     arr = np.asarray(lrs, dtype=float)
     if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
         return False, "the learning rates must be positive numbers"
     ratios = arr[1:] / arr[:-1]
-    lo, hi = (end / start) ** (1 / n), (end / start) ** (1 / (n - 1))
+    short, gamma = (end / start) ** (1 / n), (end / start) ** (1 / (n - 1))
     if not math.isclose(arr[0], start, rel_tol=1e-3):
         return False, f"the sweep starts at {arr[0]:.3g}, not at start_lr={start:.3g}"
     if np.all(np.abs(np.diff(arr) - (arr[1] - arr[0])) <= 1e-6 * arr.max()):
@@ -45,12 +47,80 @@ def geometric(lrs: list[float], start: float, end: float, n: int) -> tuple[bool,
             "the learning rate grows by a constant amount each step (a linear sweep spends "
             "almost every step at the largest rates): multiply it by a constant factor instead"
         )
-    if not (np.all(ratios >= lo * (1 - 1e-6)) and np.all(ratios <= hi * (1 + 1e-6))):
+    if np.allclose(ratios, short, rtol=1e-4):
         return False, (
-            f"step-to-step ratios range {ratios.min():.4g}..{ratios.max():.4g}; an exponential "
-            f"sweep from {start:g} to {end:g} in {n} steps multiplies the lr by {hi:.4g}"
+            f"each rate is {short:.5g}x the one before, (end_lr / start_lr) ** (1 / num_steps): "
+            f"the last of {n} rates falls one step short of end_lr={end:g}; {n} rates have "
+            f"{n - 1} ratios between them, gamma = (end_lr / start_lr) ** (1 / (num_steps - 1)) "
+            f"= {gamma:.5g}"
         )
-    return True, f"{len(arr)} learning rates, each {ratios.mean():.4g}x the one before"
+    if not np.allclose(ratios, gamma, rtol=1e-4):
+        return False, (
+            f"step-to-step ratios range {ratios.min():.5g}..{ratios.max():.5g}; an exponential "
+            f"sweep from {start:g} to {end:g} in {n} rates multiplies the lr by {gamma:.5g}"
+        )
+    return True, f"{len(arr)} learning rates, each {ratios.mean():.5g}x the one before"
+
+
+def applied(rec, lrs: list[float]) -> tuple[bool, str]:
+    """Did every param group step with the returned lrs, one per optimizer step?"""
+    steps, groups = len(rec.lr), len(rec.group_lrs[0]) if rec.group_lrs else 0
+    if steps != len(lrs):
+        return False, (
+            f"the optimizer stepped {steps} times, you returned {len(lrs)} lrs: return one per "
+            "optimizer step taken, the step that blew up included"
+        )
+    for g in range(groups):
+        used = [r[g] for r in rec.group_lrs]
+        if not np.allclose(used, lrs):
+            if g == 0:
+                return False, (
+                    f"the optimizer stepped {steps} times with lrs {fmt_list(used)}, you "
+                    f"returned {fmt_list(lrs)}: set group['lr'] in every "
+                    "optimizer.param_groups before optimizer.step() (optimizer.defaults is "
+                    "only read when a group is added)"
+                )
+            return False, (
+                f"param group {g} of {groups} stepped with lrs {fmt_list(used)}, group 0 with "
+                f"yours: set group['lr'] in every group of optimizer.param_groups"
+            )
+    return True, f"the optimizer stepped {steps} times, all {groups} param groups with your lrs"
+
+
+def stop(rec, losses: list[float], n: int, blowup: float, end: float) -> tuple[bool, str]:
+    """Did the test stop at the first step whose *returned* smoothed loss is not finite or
+    above `blowup` x its minimum so far (the notebook's rule), and not before or after?"""
+    best, blew = math.inf, None
+    for i, value in enumerate(losses):
+        best = min(best, value) if math.isfinite(value) else best
+        if not math.isfinite(value) or value > blowup * best:
+            blew = i
+            break
+    taken, raw = len(rec.lr), rec.loss
+    if blew is not None and blew == len(losses) - 1:
+        return True, f"stopped after {taken} of {n} steps, at lr {rec.lr[-1]:.3g}"
+    if taken >= n:
+        return False, (
+            f"ran all {n} steps up to lr {end:g} (raw loss reached "
+            f"{max(raw, default=math.nan):.3g}): break once the smoothed loss is not finite or "
+            "above blowup x its minimum"
+        )
+    if blew is not None:
+        return False, (
+            f"your smoothed loss blew up at step {blew} (above {blowup:g}x its minimum, or not "
+            f"finite), yet the test went on to step {len(losses) - 1}: break right after it"
+        )
+    last = losses[-1] / best if losses and best > 0 else math.nan
+    raw_blew = bool(raw) and (not math.isfinite(raw[-1]) or raw[-1] > blowup * min(raw))
+    said = (
+        f"stopped after {taken} of {n} steps, where the last smoothed loss you returned is "
+        f"{last:.3g}x its minimum, under blowup={blowup:g}"
+    )
+    if raw_blew and len(losses) == taken:
+        return False, f"{said}; the raw loss of that step blew up: stop on the smoothed curve"
+    if len(losses) < taken:
+        return False, f"{said}: the step that blew up was taken but not returned"
+    return False, f"{said}: stop after the step whose smoothed loss blows up, not before"
 
 
 def smoothing(
@@ -91,7 +161,7 @@ def run_range_test(lr_range_test: Callable, seed: int = 0, width: int | None = N
     """Run a range test as the check does: (lrs, losses, StepRecorder with raw losses)."""
     x, y, _, _ = decoded("offline", CHECK_TRAIN_IMAGES, CHECK_TEST_IMAGES)
     model = fresh_model(width=width or RANGE_WIDTH, seed=seed)
-    optimizer, loss_fn = adamw(model, RANGE_SWEEP["start_lr"]), LossRecorder()
+    optimizer, loss_fn = adamw_two_groups(model, RANGE_SWEEP["start_lr"]), LossRecorder()
     recorder = StepRecorder(optimizer, loss_fn.values)
     try:
         lrs, losses = lr_range_test(
@@ -148,9 +218,9 @@ def record_fit(fit_one_cycle: Callable, kind: str, max_lr: float):
     loader = DataLoader(dataset, batch_size=ONE_CYCLE_BATCH, shuffle=True)
     model = nn.Linear(20, 5)
     optimizer = _optimizer(kind, model.parameters(), max_lr)
-    recorder, ran_out = StepRecorder(optimizer), ""
+    recorder, ran_out, returned = StepRecorder(optimizer), "", None
     try:
-        fit_one_cycle(
+        returned = fit_one_cycle(
             model,
             optimizer,
             loader,
@@ -164,7 +234,27 @@ def record_fit(fit_one_cycle: Callable, kind: str, max_lr: float):
         ran_out = str(exc).strip()
     finally:
         recorder.remove()
-    return recorder, ONE_CYCLE_EPOCHS * len(loader), len(loader), ran_out
+    total = ONE_CYCLE_EPOCHS * len(loader)
+    return recorder, total, len(loader), ran_out, returned_scheduler(returned, optimizer, recorder)
+
+
+def returned_scheduler(returned, optimizer, recorder: StepRecorder) -> tuple[bool, str]:
+    """Is the returned value the scheduler that drove this optimizer, stepped once per
+    optimizer step? (The notebook's loop returns it, for a caller to save or resume.)"""
+    steps = len(recorder.lr)
+    if not isinstance(returned, LRScheduler):
+        return False, (
+            f"fit_one_cycle returned {type(returned).__name__}, not the scheduler: return it "
+            "(the caller saves its state_dict() to resume)"
+        )
+    if returned.optimizer is not optimizer:
+        return False, "the scheduler you returned drives another optimizer than the one passed in"
+    if returned.last_epoch != steps:
+        return False, (
+            f"the scheduler you returned was stepped {returned.last_epoch} times, the "
+            f"optimizer {steps} times: return the scheduler of the whole run"
+        )
+    return True, f"returned the scheduler, stepped {steps} times"
 
 
 # --- the optimizer's first step, decoded -------------------------------------------------------
