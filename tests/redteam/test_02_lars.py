@@ -193,6 +193,15 @@ def lr_from_defaults(self, group, p):
     _finish(self, group, p, ratio, d, lr=self.defaults["lr"])
 
 
+def decay_added_to_grad(self, group, p):
+    """Valid (added after the blind run): the norms first, then weight decay added to .grad
+    itself, in place, as some optimizers do."""
+    ratio = _ratio(group, p) if p.ndim > 1 else 1.0
+    if p.ndim > 1:
+        p.grad.add_(p, alpha=group["weight_decay"])
+    _finish(self, group, p, ratio, p.grad)
+
+
 class LarsTensorOnly(torch.optim.Optimizer):
     """Valid: timm-style, the ratio chosen with torch.where (no Python branch on a norm, so
     no device sync), weight decay added with `add(p, alpha=wd)`."""
@@ -262,141 +271,99 @@ class LarsSgdStyle(torch.optim.Optimizer):
         p.data.add_(state["velocity"], alpha=-group["lr"])
 
 
+# The causes the check names ("your updates are exactly LARS's with ..."): a case's
+# `not_causes` are the named causes that are not its own (a failing part's *name*, such as
+# "bias (1-D)" or "zero-initialised weight", says where the updates differ, not why).
+NAMED = {
+    "direction": r"update direction",
+    "denominator": r"denominator",
+    "biases": r"biases and BatchNorm",
+    "zero": r"zero-norm",
+    "eta": r"trust coefficient",
+    "after": r"momentum buffer",
+    "momentum": r"momentum left out",
+    "inplace": r"in place|rebinds",
+}
+MEASURED = r"no single known mistake"  # says what was measured, names no cause
+
+
+def _not(*own: str) -> tuple[str, ...]:
+    return tuple(rf"exactly LARS's with[^;]*(?:{p})" for k, p in NAMED.items() if k not in own)
+
+
+def _wrong(update, cause, not_causes, id):
+    return pytest.param(_lars(update), "failed", cause, not_causes, id=id)
+
+
 TRUST_CASES = [
-    pytest.param(
-        _lars(decay_only_in_ratio),
-        "failed",
-        r"weight.?decay|direction",
-        (r"zero-init", r"trust.?coef"),
-        id="wrong-decay-only-in-ratio",
+    _wrong(
+        decay_only_in_ratio,
+        r"weight decay[^;]*direction",
+        _not("direction"),
+        "wrong-decay-only-in-ratio",
     ),
-    pytest.param(
-        _lars(decay_only_in_direction),
-        "failed",
-        r"weight.?decay|ratio",
-        (r"zero-init", r"trust.?coef"),
-        id="wrong-decay-only-in-direction",
+    _wrong(
+        decay_only_in_direction,
+        r"weight decay[^;]*(ratio|denominator)",
+        _not("denominator"),
+        "wrong-decay-only-in-direction",
     ),
-    pytest.param(
-        _lars(adapts_every_tensor),
-        "failed",
-        r"1-D|bias|BatchNorm",
-        (r"zero-init", r"momentum"),
-        id="wrong-adapts-every-tensor",
+    _wrong(
+        adapts_every_tensor, r"biases|BatchNorm|1-D", _not("biases"), "wrong-adapts-every-tensor"
     ),
-    pytest.param(
-        _lars(decays_biases),
-        "failed",
-        r"1-D|bias|BatchNorm",
-        (r"zero-init", r"momentum"),
-        id="wrong-decays-biases",
+    _wrong(
+        decays_biases,
+        r"weight decay[^;]*(biases|BatchNorm|1-D)",
+        _not("biases"),
+        "wrong-decays-biases",
     ),
-    pytest.param(
-        _lars(only_matrices),
-        "failed",
-        r"conv|4-D|ndim",
-        (r"zero-init", r"momentum"),
-        id="wrong-only-2d-weights-adapted",
+    _wrong(only_matrices, r"conv weight", _not(), "wrong-only-2d-weights-adapted"),
+    _wrong(no_zero_guard, r"zero", _not("zero"), "wrong-no-zero-norm-guard"),
+    _wrong(
+        guards_weight_norm_only, r"without gradient", _not("zero"), "wrong-guards-weight-norm-only"
     ),
-    pytest.param(
-        _lars(no_zero_guard),
-        "failed",
-        r"zero",
-        (r"1-D", r"momentum"),
-        id="wrong-no-zero-norm-guard",
+    _wrong(guards_grad_norm_only, r"zero", _not("zero"), "wrong-guards-grad-norm-only"),
+    _wrong(no_trust_coef, r"trust coef|eta", _not("eta"), "wrong-no-trust-coef"),
+    _wrong(inverted_ratio, rf"invert|{MEASURED}", _not(), "wrong-inverted-ratio"),
+    _wrong(
+        lr_inside_buffer,
+        rf"\blr\b|learning rate|{MEASURED}",
+        _not(),
+        "wrong-lr-inside-momentum-buffer",
     ),
-    pytest.param(
-        _lars(guards_weight_norm_only),
-        "failed",
-        r"without gradient|gradient norm|no gradient",
-        (r"1-D", r"momentum"),
-        id="wrong-guards-weight-norm-only",
+    _wrong(ratio_after_momentum, r"momentum buffer", _not("after"), "wrong-ratio-after-momentum"),
+    _wrong(buffer_not_kept, r"momentum", _not("momentum"), "wrong-momentum-buffer-not-kept"),
+    _wrong(rebinds_p, r"in place|rebinds", _not("inplace"), "wrong-rebinds-p-not-in-place"),
+    _wrong(
+        elementwise_ratio, rf"whole tensor|element|{MEASURED}", _not(), "wrong-elementwise-ratio"
     ),
-    pytest.param(
-        _lars(guards_grad_norm_only),
-        "failed",
-        r"zero",
-        (r"1-D", r"momentum"),
-        id="wrong-guards-grad-norm-only",
+    _wrong(
+        norm_of_decayed_direction,
+        rf"\|g \+ wd w\||{MEASURED}",
+        _not(),
+        "wrong-norm-of-decayed-direction",
     ),
-    pytest.param(
-        _lars(no_trust_coef),
-        "failed",
-        r"trust.?coef|eta|η",
-        (r"1-D", r"zero-init"),
-        id="wrong-no-trust-coef",
-    ),
-    pytest.param(
-        _lars(inverted_ratio),
-        "failed",
-        r"ratio|invert",
-        (r"1-D", r"zero-init"),
-        id="wrong-inverted-ratio",
-    ),
-    pytest.param(
-        _lars(lr_inside_buffer),
-        "failed",
-        r"\blr\b|learning rate|buffer",
-        (r"1-D", r"zero-init"),
-        id="wrong-lr-inside-momentum-buffer",
-    ),
-    pytest.param(
-        _lars(ratio_after_momentum),
-        "failed",
-        r"momentum|buffer",
-        (r"1-D", r"zero-init"),
-        id="wrong-ratio-after-momentum",
-    ),
-    pytest.param(
-        _lars(buffer_not_kept),
-        "failed",
-        r"momentum|buffer|state",
-        (r"1-D", r"zero-init"),
-        id="wrong-momentum-buffer-not-kept",
-    ),
-    pytest.param(
-        _lars(rebinds_p),
-        "failed",
-        r"in place|did not move|not move|unchanged|moved by 0\b",
-        (r"1-D", r"zero-init", r"momentum"),
-        id="wrong-rebinds-p-not-in-place",
-    ),
-    pytest.param(
-        _lars(elementwise_ratio),
-        "failed",
-        r"whole tensor|element|norm",
-        (r"1-D", r"zero-init"),
-        id="wrong-elementwise-ratio",
-    ),
-    pytest.param(
-        _lars(norm_of_decayed_direction),
-        "failed",
-        r"weight.?decay|norm|ratio",
-        (r"1-D", r"zero-init"),
-        id="wrong-norm-of-decayed-direction",
-    ),
-    pytest.param(
-        _lars(momentum_from_defaults),
-        "failed",
-        r"group",
-        (r"1-D", r"zero-init"),
-        id="wrong-momentum-from-defaults",
-    ),
-    pytest.param(
-        _lars(lr_from_defaults),
-        "failed",
-        r"group",
-        (r"1-D", r"zero-init"),
-        id="wrong-lr-from-defaults",
-    ),
+    _wrong(momentum_from_defaults, rf"group|{MEASURED}", _not(), "wrong-momentum-from-defaults"),
+    _wrong(lr_from_defaults, rf"group|{MEASURED}", _not(), "wrong-lr-from-defaults"),
     pytest.param(_lars(_right), "passed", None, (), id="valid-notebook-hint-as-helpers"),
     pytest.param(LarsTensorOnly, "passed", None, (), id="valid-torch-where-no-sync"),
     pytest.param(LarsSgdStyle, "passed", None, (), id="valid-sgd-style-buffer-no-eps"),
+    pytest.param(
+        _lars(decay_added_to_grad), "passed", None, (), id="valid-decay-added-to-grad-in-place"
+    ),
 ]
+
+TRUST_HOLES = {  # found by the blind run (tests/redteam/README.md); not fixed here
+    "wrong-guards-weight-norm-only": "specimen hides it: the weight without gradient sits in a "
+    "group without weight decay, so its ratio eta |w| / (0 + 0 + eps) multiplies d = 0",
+    "wrong-lr-inside-momentum-buffer": "specimen hides it: the LR is the same at all three "
+    "steps, where lr * (m buf + r d) equals m buf' + lr r d; a changing LR (warm-up, as in "
+    "the race) tells them apart",
+}
 
 
 @pytest.mark.parametrize(
-    "optimizer_class, expected, cause, not_causes", open_holes(TRUST_CASES, {})
+    "optimizer_class, expected, cause, not_causes", open_holes(TRUST_CASES, TRUST_HOLES)
 )
 def test_trust_ratio(optimizer_class, expected, cause, not_causes):
     verdict = run_check(lesson.check_trust_ratio, optimizer_class)
@@ -516,42 +483,67 @@ def choose_gap_at_least_spread(races):
     return name if adamw.steps - contenders[name].steps >= noise else adamw.name
 
 
+# A part's name ("the fastest is not the most accurate") is the race, not a cause: the
+# accuracy shortcut is named by "the race is to the target".
+def choose_pops_adamw(races):
+    """Valid (added after the blind run): takes AdamW out of the dict it was given."""
+    adamw = races.pop(_adamw_key(races))
+    others = [r for r in races.values() if r.steps < INF]
+    if adamw.steps == INF:
+        return min(others, key=lambda r: r.steps).name if others else None
+    best = min(others, key=lambda r: r.steps, default=adamw)
+    gap = adamw.steps - best.steps
+    return best.name if gap > max(best.spread, adamw.spread) else adamw.name
+
+
 CHOICE_CASES = [
     pytest.param(
-        choose_fewest_steps, "failed", r"noise|spread", (r"accura",), id="wrong-fewest-steps"
+        choose_fewest_steps,
+        "failed",
+        r"noise|spread",
+        (r"the race is to the target",),
+        id="wrong-fewest-steps",
     ),
     pytest.param(
-        choose_most_accurate, "failed", r"accura", (r"never reached",), id="wrong-most-accurate"
+        choose_most_accurate,
+        "failed",
+        r"the race is to the target",
+        (r"never reached",),
+        id="wrong-most-accurate",
     ),
     pytest.param(
-        choose_always_adamw, "failed", r"clear|win|LARS|LAMB", (r"accura",), id="wrong-always-adamw"
+        choose_always_adamw,
+        "failed",
+        r"clear|win|LARS|LAMB",
+        (r"keep AdamW",),
+        id="wrong-always-adamw",
     ),
     pytest.param(
         choose_fastest_or_none,
         "failed",
         r"noise|spread",
-        (r"accura", r"nobody"),
+        (r"the race is to the target", r"nobody"),
         id="wrong-fastest-ignores-spread",
     ),
     pytest.param(
         choose_ten_percent_faster,
         "failed",
         r"noise|spread",
-        (r"accura", r"nobody"),
+        (r"the race is to the target", r"nobody"),
         id="wrong-ten-percent-rule",
     ),
     pytest.param(
         choose_fastest_spread_only,
         "failed",
         r"noise|spread",
-        (r"accura", r"nobody"),
+        (r"the race is to the target", r"nobody"),
         id="wrong-spread-of-the-fastest-only",
     ),
     pytest.param(
         choose_adamw_when_nobody,
         "failed",
         r"nobody|None|no evidence",
-        (r"accura", r"spread"),
+        (r"the race is to the target", r"spread"),
         id="wrong-adamw-when-nobody-reached",
     ),
     pytest.param(
@@ -562,21 +554,38 @@ CHOICE_CASES = [
         id="wrong-steps-from-the-curve",
     ),
     pytest.param(
-        choose_returns_race, "failed", r"name|key|Race", (r"accura",), id="wrong-returns-the-race"
+        choose_returns_race,
+        "failed",
+        r"\bkey\b|a str|string|name, not|not a name",
+        # a right decision of the wrong type explained as a decision
+        (r"you chose Race\(name='(?P<n>[^']*)'[^;]*the race says '(?P=n)'",),
+        id="wrong-returns-the-race",
     ),
     pytest.param(
         choose_against_runner_up,
         "failed",
         r"AdamW|clear|win",
-        (r"accura",),
+        (r"the race is to the target",),
         id="wrong-gap-to-runner-up",
     ),
     pytest.param(choose_sorted_by_substring, "passed", None, (), id="valid-sorted-keys"),
     pytest.param(choose_gap_at_least_spread, "passed", None, (), id="valid-gap-at-least-spread"),
+    pytest.param(choose_pops_adamw, "passed", None, (), id="valid-pops-adamw-from-the-dict"),
 ]
 
+CHOICE_HOLES = {  # found by the blind run (tests/redteam/README.md); not fixed here
+    "wrong-ten-percent-rule": "specimen hides it: every race's gap is either far beyond 10% "
+    "or, in the noisy race, exactly 10% (36 against 40 steps), where `<` keeps AdamW",
+    "wrong-spread-of-the-fastest-only": "specimen hides it: no race has a gap between the "
+    "fastest's spread and AdamW's larger spread",
+    "wrong-returns-the-race": "message: a Race returned instead of its name is told why the "
+    "race says that very optimizer, never that a key (str) is expected",
+}
 
-@pytest.mark.parametrize("choose, expected, cause, not_causes", open_holes(CHOICE_CASES, {}))
+
+@pytest.mark.parametrize(
+    "choose, expected, cause, not_causes", open_holes(CHOICE_CASES, CHOICE_HOLES)
+)
 def test_optimizer_choice(choose, expected, cause, not_causes):
     verdict = run_check(lesson.check_optimizer_choice, choose)
     assert_verdict(verdict, expected, cause, not_causes)
