@@ -17,7 +17,7 @@ class LearnerLARS(torch.optim.Optimizer):
     mistakes a half-understanding learner makes."""
 
     global_norm = wd_denominator_missing = adapt_biases = zero_ratio = no_eps = False
-    use_defaults = False
+    use_defaults = clip = False
 
     def __init__(self, params, lr, momentum=0.9, weight_decay=0.0, trust_coef=0.001, eps=1e-8):
         defaults = dict(
@@ -44,6 +44,8 @@ class LearnerLARS(torch.optim.Optimizer):
                         w_norm, g_norm = p.norm(), p.grad.norm()
                     den = g_norm + (0.0 if self.wd_denominator_missing else wd * w_norm)
                     ratio = eta * w_norm / (den if self.no_eps else den + eps)
+                    if self.clip:  # LARC's clipping
+                        ratio = ratio.clamp(max=1.0)
                     if not self.zero_ratio and (w_norm == 0 or (g_norm == 0 and not self.no_eps)):
                         ratio = 1.0
                     d = d + wd * p
@@ -136,6 +138,7 @@ def test_trust_ratio_passes_the_notebook_answer_the_papers_order_and_timms_order
         (mistake(zero_ratio=True), "zero-initialised", "ratio 0"),
         (mistake(no_eps=True), "without gradient", "divides by zero"),
         (mistake(use_defaults=True), "|w| = 40", "defaults"),
+        (mistake(clip=True), "|w| = 40", "clipped at 1"),
         (NotInPlace, "|w| = 40", "in place"),
     ],
 )

@@ -35,7 +35,7 @@ def reference_choose_optimizer(races: dict[str, Race]) -> str | None:
 def _race(steps: dict[str, tuple[float, float, float]]) -> dict[str, Race]:
     """{name: (steps, spread, best accuracy)} as races with a one-point curve."""
     return {
-        name: Race(name, 0.01, s, spread, [(1 if math.isinf(s) else int(s), acc)])
+        name: Race(name, 0.01, s, spread, curve=[(1 if math.isinf(s) else int(s), acc)])
         for name, (s, spread, acc) in steps.items()
     }
 
@@ -93,4 +93,4 @@ def check_optimizer_choice(choose_optimizer: Callable) -> list:
 
 
 def _copy(r: Race) -> Race:
-    return Race(r.name, r.lr, r.steps, r.spread, list(r.curve))
+    return Race(r.name, r.lr, r.steps, r.spread, r.edge, list(r.curve))

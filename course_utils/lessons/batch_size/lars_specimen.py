@@ -80,9 +80,11 @@ MISTAKES = {
     "no_weight_norm": "the weight norm |w| missing from the numerator (the ratio is "
     "eta |w| / (|g| + wd |w|))",
     "no_trust_coef": "the trust coefficient eta left out",
+    "clip_ratio": "the trust ratio clipped at 1 (that is LARC, NVIDIA's variant; LARS does "
+    "not clip)",
     "zero_ratio": "a zero-norm layer given ratio 0 (it must get 1, or it never moves)",
-    "no_eps": "a layer without gradient divides by zero: its weight became NaN (add eps to the "
-    "denominator, or give it ratio 1)",
+    "no_eps": "neither eps nor ratio 1 for a zero gradient: a layer without gradient divides "
+    "by zero and its weights become NaN (add eps to the denominator, or give it ratio 1)",
     "defaults": "the optimizer's defaults used instead of each param group's settings",
     "first_group": "the first param group's settings used for every group",
     "ratio_after_momentum": "the trust ratio applied to the momentum buffer (it scales the "
@@ -117,6 +119,8 @@ def simulate(mistakes: frozenset[str] = frozenset()) -> list[list[torch.Tensor]]
                     1.0 if "no_weight_norm" in mistakes else wn
                 )
                 ratio = num / den if "no_eps" in mistakes else num / den.clamp_min(1e-38)
+                if "clip_ratio" in mistakes:
+                    ratio = torch.clamp(ratio, max=1.0)
                 zero = wn == 0 or (gn == 0 and "no_eps" not in mistakes)
                 if zero and "zero_ratio" not in mistakes:
                     ratio = torch.tensor(1.0)
