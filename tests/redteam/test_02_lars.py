@@ -353,13 +353,7 @@ TRUST_CASES = [
     ),
 ]
 
-TRUST_HOLES = {  # found by the blind run (tests/redteam/README.md); not fixed here
-    "wrong-guards-weight-norm-only": "specimen hides it: the weight without gradient sits in a "
-    "group without weight decay, so its ratio eta |w| / (0 + 0 + eps) multiplies d = 0",
-    "wrong-lr-inside-momentum-buffer": "specimen hides it: the LR is the same at all three "
-    "steps, where lr * (m buf + r d) equals m buf' + lr r d; a changing LR (warm-up, as in "
-    "the race) tells them apart",
-}
+TRUST_HOLES: dict[str, str] = {}  # both found by the blind run are fixed (README.md)
 
 
 @pytest.mark.parametrize(
@@ -470,8 +464,10 @@ def choose_sorted_by_substring(races):
 
 
 def choose_gap_at_least_spread(races):
-    """Valid, the notebook's words literally: a gap *smaller* than the spread is not evidence,
-    so a gap equal to it is."""
+    """Valid under the blind run's notebook, whose words it takes literally (a gap *smaller*
+    than the spread is not evidence, so a gap equal to it is); wrong since the notebook and the
+    reference agree that a gap no larger than the spread is noise (race "a gap equal to the
+    spread")."""
     adamw = races["AdamW, linear scaling + warm-up"]
     contenders = {k: r for k, r in races.items() if r.steps != INF}
     if not contenders:
@@ -569,18 +565,17 @@ CHOICE_CASES = [
         id="wrong-gap-to-runner-up",
     ),
     pytest.param(choose_sorted_by_substring, "passed", None, (), id="valid-sorted-keys"),
-    pytest.param(choose_gap_at_least_spread, "passed", None, (), id="valid-gap-at-least-spread"),
+    pytest.param(
+        choose_gap_at_least_spread,
+        "failed",
+        r"equal to the spread|no larger than the spread",
+        (r"the race is to the target", r"nobody"),
+        id="wrong-gap-at-least-spread",
+    ),
     pytest.param(choose_pops_adamw, "passed", None, (), id="valid-pops-adamw-from-the-dict"),
 ]
 
-CHOICE_HOLES = {  # found by the blind run (tests/redteam/README.md); not fixed here
-    "wrong-ten-percent-rule": "specimen hides it: every race's gap is either far beyond 10% "
-    "or, in the noisy race, exactly 10% (36 against 40 steps), where `<` keeps AdamW",
-    "wrong-spread-of-the-fastest-only": "specimen hides it: no race has a gap between the "
-    "fastest's spread and AdamW's larger spread",
-    "wrong-returns-the-race": "message: a Race returned instead of its name is told why the "
-    "race says that very optimizer, never that a key (str) is expected",
-}
+CHOICE_HOLES: dict[str, str] = {}  # the three found by the blind run are fixed (README.md)
 
 
 @pytest.mark.parametrize(
