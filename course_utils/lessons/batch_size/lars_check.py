@@ -58,7 +58,8 @@ def read_from_defaults(optimizer_class, got) -> frozenset[str]:
     points=3,
     hint="Per layer: d = g + wd w and ratio = eta |w| / (|g| + wd |w| + eps) for weights (ndim "
     "> 1), ratio 1 and d = g for 1-D parameters and for a layer whose |w| or |g| is 0; then "
-    "buf = momentum * buf + ratio * d and p -= lr * buf, with every setting read from the group.",
+    "buf = momentum * buf + ratio * d and p -= lr * buf, with every setting read from the group "
+    "at each step (the check changes the LR between steps, as warm-up does).",
 )
 def check_trust_ratio(optimizer_class) -> list:
     got = _run(optimizer_class)
