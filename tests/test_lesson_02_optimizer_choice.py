@@ -1,5 +1,6 @@
 """Lesson 02, check 02-optimizer-choice: a rule that weighs steps to the target against the
-runs' spread passes, written either way; each shortcut fails on the race that exposes it."""
+runs' spread passes, written either way; each shortcut fails on the race that exposes it; a
+Race returned for its name is told a name is expected; the reference is refused."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from check_helpers import failure, status_of
 
 from course_utils.lessons import batch_size as lesson
+from course_utils.lessons.batch_size import selftest
 
 ADAMW = "AdamW, linear scaling + warm-up"
 
@@ -78,7 +80,60 @@ def test_optimizer_choice_fails_each_shortcut_on_the_race_that_exposes_it(wrong,
     assert race in failed, exc.summary
 
 
-def test_optimizer_choice_refuses_the_reference():
-    exc = failure(lesson.check_optimizer_choice, lambda r: lesson.reference_choose_optimizer(r))
-    assert exc.status == "failed"
-    assert status_of(lesson.check_optimizer_choice, lesson.reference_choose_optimizer) == "passed"
+def margin_rule(noise, beats):
+    """The notebook's rule with its two judgement calls swapped out: which spread is noise, and
+    how the gap is compared with it."""
+
+    def choose(races):
+        reached = {k: r for k, r in races.items() if r.steps < math.inf}
+        if not reached:
+            return None
+        best = min(reached, key=lambda k: reached[k].steps)
+        if best == ADAMW or ADAMW not in reached:
+            return best
+        return best if beats(races[ADAMW], races[best], noise(races[ADAMW], races[best])) else ADAMW
+
+    return choose
+
+
+ten_percent_strict = margin_rule(lambda a, b: 0.1 * a.steps, lambda a, b, n: b.steps < a.steps - n)
+ten_percent = margin_rule(lambda a, b: 0.1 * a.steps, lambda a, b, n: b.steps <= a.steps - n)
+fastest_spread_only = margin_rule(lambda a, b: b.spread, lambda a, b, n: a.steps - b.steps > n)
+gap_at_least_spread = margin_rule(
+    lambda a, b: max(a.spread, b.spread), lambda a, b, n: a.steps - b.steps >= n
+)
+
+
+@pytest.mark.parametrize(
+    "wrong, race",
+    [
+        (ten_percent_strict, "a win inside the noise"),
+        (ten_percent, "a win inside the noise"),
+        (fastest_spread_only, "a win inside AdamW's spread only"),
+        (gap_at_least_spread, "a gap equal to the spread"),
+    ],
+)
+def test_optimizer_choice_fails_rules_that_misjudge_the_spread_on_the_race_between(wrong, race):
+    exc = failure(lesson.check_optimizer_choice, wrong)
+    failed = [p.split(": ")[0] for p in exc.summary.split("; ") if "the race says" in p]
+    assert race in failed, exc.summary
+
+
+def test_optimizer_choice_says_a_name_is_expected_when_given_a_race():
+    def returns_race(races):
+        return races[by_margin(races)] if by_margin(races) else None
+
+    exc = failure(lesson.check_optimizer_choice, returns_race)
+    assert "the Race object of 'LARS" in exc.summary and "str key of `results`" in exc.summary
+    assert "the race says" not in exc.summary
+
+
+def test_optimizer_choice_refuses_the_reference_given_or_called():
+    for given in (
+        lesson.reference_choose_optimizer,
+        lambda r: lesson.reference_choose_optimizer(r),
+    ):
+        exc = failure(lesson.check_optimizer_choice, given)
+        assert exc.status == "failed" and "reference answer" in exc.summary
+    (selftest_answer,) = selftest.answers()["02-optimizer-choice"]()
+    assert status_of(lesson.check_optimizer_choice, selftest_answer) == "passed"

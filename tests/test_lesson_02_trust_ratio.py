@@ -1,6 +1,7 @@
 """Lesson 02, check 02-trust-ratio (tip 5, LARS): it passes a learner's LARS written as the
 notebook asks and two valid variants, fails half-understood ones naming the mistake only when
-the mistake reproduces the updates, and refuses the reference answer."""
+the mistake reproduces the updates (settings read from the defaults when a probe confirms it),
+and refuses the reference answer, given or called."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 from check_helpers import failure, status_of
 
 from course_utils.lessons import batch_size as lesson
-from course_utils.lessons.batch_size import lars_specimen
+from course_utils.lessons.batch_size import lars_specimen, selftest
 
 
 class LearnerLARS(torch.optim.Optimizer):
@@ -17,7 +18,8 @@ class LearnerLARS(torch.optim.Optimizer):
     mistakes a half-understanding learner makes."""
 
     global_norm = wd_denominator_missing = adapt_biases = zero_ratio = no_eps = False
-    use_defaults = clip = False
+    clip = guard_weight_only = False
+    from_defaults: tuple[str, ...] = ()  # settings read from self.defaults, not the group
 
     def __init__(self, params, lr, momentum=0.9, weight_decay=0.0, trust_coef=0.001, eps=1e-8):
         defaults = dict(
@@ -31,7 +33,7 @@ class LearnerLARS(torch.optim.Optimizer):
         w_all = torch.cat([q.flatten() for q in every]).norm()
         g_all = torch.cat([q.grad.flatten() for q in every]).norm()
         for group in self.param_groups:
-            s = self.defaults if self.use_defaults else group
+            s = {k: (self.defaults if k in self.from_defaults else group)[k] for k in group}
             lr, wd, eta, eps = s["lr"], s["weight_decay"], s["trust_coef"], s["eps"]
             for p in group["params"]:
                 if p.grad is None:
@@ -46,7 +48,8 @@ class LearnerLARS(torch.optim.Optimizer):
                     ratio = eta * w_norm / (den if self.no_eps else den + eps)
                     if self.clip:  # LARC's clipping
                         ratio = ratio.clamp(max=1.0)
-                    if not self.zero_ratio and (w_norm == 0 or (g_norm == 0 and not self.no_eps)):
+                    guard_g = not (self.no_eps or self.guard_weight_only)
+                    if not self.zero_ratio and (w_norm == 0 or (g_norm == 0 and guard_g)):
                         ratio = 1.0
                     d = d + wd * p
                 buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
@@ -55,8 +58,9 @@ class LearnerLARS(torch.optim.Optimizer):
 
 
 class LRInsideTheBuffer(torch.optim.Optimizer):
-    """Valid: the paper's algorithm 1 literally (v = m v + lr * ratio * d; w -= v), the ratio
-    guarded by torch.where, the momentum started as torch.optim.SGD starts it."""
+    """Wrong for this exercise, which asks for torch.optim.SGD's convention: the paper's
+    algorithm 1 literally (v = m v + lr * ratio * d; w -= v), the ratio guarded by
+    torch.where, the momentum started as torch.optim.SGD starts it."""
 
     def __init__(self, params, lr, momentum=0.9, weight_decay=0.0, trust_coef=0.001, eps=1e-8):
         super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay,
@@ -124,8 +128,8 @@ class NotInPlace(LearnerLARS):
                     p = p - group["lr"] * p.grad  # noqa: PLW2901 (the mistake under test)
 
 
-@pytest.mark.parametrize("answer", [LearnerLARS, LRInsideTheBuffer, TimmStyleFloat64])
-def test_trust_ratio_passes_the_notebook_answer_the_papers_order_and_timms_order(answer):
+@pytest.mark.parametrize("answer", [LearnerLARS, TimmStyleFloat64])
+def test_trust_ratio_passes_the_notebook_answer_and_timms_order(answer):
     assert status_of(lesson.check_trust_ratio, answer) == "passed"
 
 
@@ -137,7 +141,9 @@ def test_trust_ratio_passes_the_notebook_answer_the_papers_order_and_timms_order
         (mistake(adapt_biases=True), "bias (1-D)", "biases and BatchNorm parameters adapted"),
         (mistake(zero_ratio=True), "zero-initialised", "ratio 0"),
         (mistake(no_eps=True), "without gradient", "divides by zero"),
-        (mistake(use_defaults=True), "|w| = 40", "defaults"),
+        (mistake(from_defaults=tuple(lars_specimen.DEFAULTS)), "|w| = 40", "defaults"),
+        (mistake(guard_weight_only=True), "with weight decay", "only where |w| = 0"),
+        (LRInsideTheBuffer, "|w| = 40", "torch.optim.SGD's convention"),
         (mistake(clip=True), "|w| = 40", "clipped at 1"),
         (NotInPlace, "|w| = 40", "in place"),
     ],
@@ -162,7 +168,15 @@ def test_trust_ratio_names_two_mistakes_together_and_no_cause_for_three():
     assert "no single known mistake" in exc.summary
 
 
-def test_trust_ratio_not_attempted_and_reference_refused():
+def test_trust_ratio_names_settings_that_a_probe_finds_read_from_the_defaults():
+    exc = failure(lesson.check_trust_ratio, mistake(from_defaults=("momentum",)))
+    assert "exactly LARS's with momentum read from the optimizer's defaults" in exc.summary
+    both = failure(lesson.check_trust_ratio, mistake(from_defaults=("lr",), global_norm=True))
+    assert "exactly LARS's with norms taken over all layers at once" in both.summary
+    assert "; and lr read from the optimizer's defaults" in both.summary
+
+
+def test_trust_ratio_not_attempted_and_reference_refused_given_subclassed_or_called():
     class Stub(LearnerLARS):
         def step(self):
             raise NotImplementedError()
@@ -170,9 +184,16 @@ def test_trust_ratio_not_attempted_and_reference_refused():
     class Borrowed(lesson.ReferenceLARS):
         pass
 
+    class Calls(LearnerLARS):
+        def step(self):
+            lesson.ReferenceLARS(self.param_groups, lr=1.0).step()
+
     assert status_of(lesson.check_trust_ratio, Stub) == "not-attempted"
-    assert failure(lesson.check_trust_ratio, Borrowed).status == "failed"
-    assert status_of(lesson.check_trust_ratio, lesson.ReferenceLARS) == "passed"
+    for given in (lesson.ReferenceLARS, Borrowed, Calls):
+        exc = failure(lesson.check_trust_ratio, given)
+        assert exc.status == "failed" and "reference answer `ReferenceLARS`" in exc.summary
+    (selftest_answer,) = selftest.answers()["02-trust-ratio"]()
+    assert status_of(lesson.check_trust_ratio, selftest_answer) == "passed"
 
 
 def test_every_mistake_of_the_specimen_shows_on_some_layer():

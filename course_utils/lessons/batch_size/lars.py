@@ -20,29 +20,46 @@ def adapted(p: torch.Tensor) -> bool:
     return p.ndim > 1
 
 
-def trust_ratio(weight: torch.Tensor, denominator: torch.Tensor, coef: float = 1.0):
-    """coef * |w| / denominator, and 1 where either norm is zero (a zero-initialised layer
-    must still move; a layer without gradient must not divide by zero)."""
+def trust_ratio(
+    weight: torch.Tensor,
+    denominator: torch.Tensor,
+    coef: float = 1.0,
+    update_norm: torch.Tensor | None = None,
+):
+    """coef * |w| / denominator, and 1 where |w| or the update's norm (the denominator unless
+    given) is zero: a zero-initialised layer must still move, and a layer without gradient
+    must neither divide by zero nor have its weight decay scaled by eta |w| / (wd |w| + eps)."""
     w = weight.norm()
+    u = denominator if update_norm is None else update_norm
     ratio = coef * w / denominator.clamp_min(torch.finfo(w.dtype).tiny)
-    return torch.where((w > 0) & (denominator > 0), ratio, torch.ones_like(ratio))
+    return torch.where((w > 0) & (u > 0), ratio, torch.ones_like(ratio))
 
 
 class _Reference(torch.optim.Optimizer):
-    """Refuses to step inside a learner's graded code: the answer must be the learner's.
-    Only the classes below are references (`is_reference` in their own dict): a learner's
-    subclass of one is graded as the learner's, and refused."""
+    """Refuses to step inside a learner's graded code: the answer must be the learner's. A
+    check runs the class it is given as the learner's code, so the reference itself, a
+    learner's subclass of it, and code that steps it are all refused."""
+
+    guarded = True
 
     def _refuse_inside_a_check(self) -> None:
-        if checks._learner_depth > 0:
-            raise ReferenceUsed(type(self).__name__)
+        if self.guarded and checks._learner_depth > 0:  # named as the lesson names it
+            raise ReferenceUsed(
+                next(c for c in type(self).__mro__ if c.__module__ == __name__).__name__
+            )
+
+
+def unguarded(reference_class: type) -> type:
+    """The reference with its refusal switched off: what `course selftest` gives the check,
+    so that the check grades the reference's updates (given by a learner, it is refused)."""
+    return type(reference_class.__name__, (reference_class,), {"guarded": False})
 
 
 class ReferenceLARS(_Reference):
     """You et al. 2017, algorithm 1: d = g + wd w; local LR = eta |w| / (|g| + wd |w|);
-    v = momentum v + local LR * d; w -= lr v. Verified by check 02-trust-ratio (its tests)."""
-
-    is_reference = True
+    v = momentum v + local LR * d; w -= lr v, the LR outside the buffer as torch.optim.SGD
+    has it (the paper puts it inside, which differs once a scheduler changes the LR).
+    Verified by check 02-trust-ratio (its tests)."""
 
     def __init__(self, params, lr, momentum=0.9, weight_decay=0.0, trust_coef=0.001, eps=1e-8):
         defaults = dict(
@@ -60,8 +77,8 @@ class ReferenceLARS(_Reference):
                     continue
                 d, ratio = p.grad, 1.0
                 if adapted(p):
-                    denominator = p.grad.norm() + wd * p.norm() + eps
-                    ratio = trust_ratio(p, denominator, eta)
+                    g = p.grad.norm()
+                    ratio = trust_ratio(p, g + wd * p.norm() + eps, eta, update_norm=g)
                     d = d.add(p, alpha=wd)
                 buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
                 buf.mul_(group["momentum"]).add_(d * ratio)
@@ -71,8 +88,6 @@ class ReferenceLARS(_Reference):
 class ReferenceLAMB(_Reference):
     """You et al. 2019, algorithm 2: Adam's bias-corrected update u = m/(sqrt(v) + eps) + wd w,
     scaled per layer by |w| / |u|; w -= lr * ratio * u."""
-
-    is_reference = True
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))

@@ -1,6 +1,8 @@
 """Check 02-trust-ratio: the learner's LARS optimizer trains the specimen of lars_specimen for
-a few steps and every layer's weights are compared with LARS's, after every step. A mistake is
-named only when LARS with that mistake reproduces all of the learner's updates."""
+a few steps, the LR changed between steps as warm-up changes it, and every layer's weights are
+compared with LARS's after every step. A mistake is named only when LARS with that mistake
+reproduces all of the learner's updates; settings read from the optimizer's defaults only when
+a probe (other defaults, the same groups) changes the learner's updates."""
 
 from __future__ import annotations
 
@@ -11,20 +13,44 @@ from ...checks import check, correct
 from . import lars_specimen as spec
 
 
-def _run(optimizer_class) -> list[list[torch.Tensor]]:
-    """The specimen's weights after each step of `optimizer_class` (the learner's code runs
-    marked as the learner's, so calling a reference answer inside it is refused)."""
-    own = not optimizer_class.__dict__.get("is_reference", False)
-    call = checks._as_learner if own else (lambda f: f)
+def _run(optimizer_class, defaults: dict = spec.DEFAULTS) -> list[list[torch.Tensor]]:
+    """The specimen's weights after each step of `optimizer_class`, each group's LR set before
+    each step as a warm-up scheduler sets it. The class runs as the learner's code, whatever
+    it is: the lesson's ReferenceLARS, or code calling it, is refused (ReferenceUsed)."""
     params = [torch.nn.Parameter(w.clone()) for w in spec.initial_weights()]
-    optimizer = call(optimizer_class)(spec.param_groups(params), **spec.DEFAULTS)
+    optimizer = checks._as_learner(optimizer_class)(spec.param_groups(params), **defaults)
     out = []
-    for grads in spec.gradients():
+    for t, grads in enumerate(spec.gradients()):
+        for group, settings in zip(optimizer.param_groups, spec.GROUPS, strict=True):
+            group["lr"] = settings["lr"] * spec.LR_SCHEDULE[t]
         for p, g in zip(params, grads, strict=True):
             p.grad = g.clone()
-        call(optimizer.step)()
+        checks._as_learner(optimizer.step)()
         out.append([p.detach().clone() for p in params])
     return out
+
+
+# the probe's defaults: each far from DEFAULTS and from every group's setting
+PROBE_DEFAULTS = dict(lr=0.05, momentum=0.2, weight_decay=0.05, trust_coef=0.3, eps=0.05)
+
+
+def read_from_defaults(optimizer_class, got) -> frozenset[str]:
+    """The settings whose default alone changes the learner's updates, one rerun per setting.
+    Every group sets every setting, so a step that reads the groups never sees the defaults."""
+    found = set()
+    for key, value in PROBE_DEFAULTS.items():
+        try:
+            probed = _run(optimizer_class, {**spec.DEFAULTS, key: value})
+        except Exception:  # the learner's code refuses these values: no evidence either way
+            continue
+        same = all(
+            torch.allclose(a.double(), b.double(), rtol=1e-6, atol=1e-9, equal_nan=True)
+            for step_a, step_b in zip(probed, got, strict=True)
+            for a, b in zip(step_a, step_b, strict=True)
+        )
+        if not same:
+            found.add(key)
+    return frozenset(found)
 
 
 @check(
@@ -32,7 +58,8 @@ def _run(optimizer_class) -> list[list[torch.Tensor]]:
     points=3,
     hint="Per layer: d = g + wd w and ratio = eta |w| / (|g| + wd |w| + eps) for weights (ndim "
     "> 1), ratio 1 and d = g for 1-D parameters and for a layer whose |w| or |g| is 0; then "
-    "buf = momentum * buf + ratio * d and p -= lr * buf, with every setting read from the group.",
+    "buf = momentum * buf + ratio * d and p -= lr * buf, with every setting read from the group "
+    "at each step (the check changes the LR between steps, as warm-up does).",
 )
 def check_trust_ratio(optimizer_class) -> list:
     got = _run(optimizer_class)
@@ -49,7 +76,7 @@ def check_trust_ratio(optimizer_class) -> list:
         first_bad = len(parts) if first_bad is None else first_bad
         parts.append(correct(layer.name, False, _differs(i, bad, got, want)))
     if first_bad is not None:
-        parts[first_bad].message += _cause(got)
+        parts[first_bad].message += _cause(got, read_from_defaults(optimizer_class, got))
     return parts
 
 
@@ -66,15 +93,24 @@ def _differs(i: int, t: int, got, want) -> str:
     )
 
 
-def _cause(got) -> str:
-    found = spec.explain(got)
+def _cause(got, from_defaults: frozenset[str]) -> str:
+    read = ""
+    if from_defaults:
+        keys = ", ".join(k for k in spec.DEFAULTS if k in from_defaults)
+        read = (
+            f"{keys} read from the optimizer's defaults, self.defaults, instead of the "
+            "tensor's param group: changing only the defaults changed your updates"
+        )
+    found = spec.explain(got, from_defaults)
     if found is None:
+        if read:
+            return (
+                f" (your step has {read}; other differences remain once that is replayed: "
+                "compare your step with the formulas of section 6, one layer kind at a time)"
+            )
         return (
             " (no single known mistake, nor any two, reproduces your updates: compare your step "
             "with the formulas of section 6, one layer kind at a time)"
         )
-    return (
-        " (your updates are exactly LARS's with "
-        + "; and ".join(spec.MISTAKES[m] for m in sorted(found))
-        + ")"
-    )
+    named = [spec.MISTAKES[m] for m in sorted(found)] + ([read] if read else [])
+    return " (your updates are exactly LARS's with " + "; and ".join(named) + ")"

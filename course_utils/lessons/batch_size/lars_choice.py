@@ -1,13 +1,15 @@
 """Check 02-optimizer-choice: the learner's rule for choosing an optimizer from a large-batch
 race (lars_demo.Race results) decides races whose right answer each plausible shortcut misses:
-a win smaller than the run's own noise, a baseline that never reached the target, a race
-nobody finished, a winner whose best accuracy is lower, and a clear win."""
+a win smaller than the run's own noise, one smaller than AdamW's noise only, one equal to the
+noise, a baseline that never reached the target, a race nobody finished, a winner whose best
+accuracy is lower, and a clear win. The answer is a name (a key of the results) or None."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
 
+from ... import checks
 from ...checks import check, correct, reference
 from .lars_demo import Race
 
@@ -20,7 +22,8 @@ LAMB = "LAMB (Adam + trust ratio)"
 def reference_choose_optimizer(races: dict[str, Race]) -> str | None:
     """The optimizer to use at this batch: the one that reached the target in the fewest
     steps, but AdamW (no extra hyper-parameter, already tuned) unless the other beat it by
-    more than either run's spread; None when nobody reached the target (no evidence)."""
+    more than either run's spread (a gap equal to it is noise); None when nobody reached the
+    target (no evidence)."""
     reached = [r for r in races.values() if math.isfinite(r.steps)]
     if not reached:
         return None
@@ -41,7 +44,8 @@ def _race(steps: dict[str, tuple[float, float, float]]) -> dict[str, Race]:
 
 
 INF = math.inf
-# name: (races, the decision, why)
+# name: (races, the decision, why). The gaps sit off every round boundary (no gap is exactly
+# 10% of AdamW's steps) and one equals the larger spread, which is noise: the rule is `>`.
 SCENARIOS = {
     "a clear win for LARS": (
         _race({ADAMW: (60, 4, 0.62), LARS: (30, 3, 0.61), LAMB: (55, 5, 0.61)}),
@@ -49,9 +53,21 @@ SCENARIOS = {
         "LARS took half AdamW's steps, far more than either run's spread",
     ),
     "a win inside the noise": (
-        _race({ADAMW: (40, 6, 0.61), LARS: (44, 5, 0.60), LAMB: (36, 7, 0.62)}),
+        _race({ADAMW: (40, 6, 0.61), LARS: (44, 5, 0.60), LAMB: (35, 7, 0.62)}),
         ADAMW,
-        "LAMB's 4 fewer steps are less than its spread of 7 steps: keep AdamW",
+        "LAMB's 5 fewer steps are less than its spread of 7 steps: keep AdamW",
+    ),
+    "a win inside AdamW's spread only": (
+        _race({ADAMW: (50, 8, 0.62), LARS: (44, 3, 0.61), LAMB: (62, 5, 0.60)}),
+        ADAMW,
+        "LARS's 6 fewer steps exceed its own spread of 3 but not AdamW's of 8: AdamW's count "
+        "alone may be off by that much, so keep AdamW",
+    ),
+    "a gap equal to the spread": (
+        _race({ADAMW: (50, 5, 0.61), LARS: (58, 6, 0.60), LAMB: (45, 4, 0.62)}),
+        ADAMW,
+        "LAMB's 5 fewer steps equal AdamW's spread of 5: a gap no larger than the spread is "
+        "noise, so keep AdamW",
     ),
     "AdamW never reached the target": (
         _race({ADAMW: (INF, 0, 0.41), LARS: (90, 30, 0.60), LAMB: (70, 12, 0.61)}),
@@ -75,21 +91,38 @@ SCENARIOS = {
     "02-optimizer-choice",
     points=2,
     hint="Compare steps to the target, not best accuracy; a run that never reached it has no "
-    "step count; a gap smaller than the spread between batch orders is noise, and then the "
+    "step count; a gap no larger than the spread of either run is noise, and then the "
     "simpler, already tuned AdamW stays; with no run at the target there is no evidence.",
 )
 def check_optimizer_choice(choose_optimizer: Callable) -> list:
+    choose = checks._as_learner(choose_optimizer)  # the reference itself is refused too
     parts = []
     for name, (races, want, why) in SCENARIOS.items():
-        got = choose_optimizer({k: _copy(r) for k, r in races.items()})
-        ok = got == want
+        got = choose({k: _copy(r) for k, r in races.items()})
         table = ", ".join(
             f"{k.split(' ')[0].rstrip(',')} {r.steps:.0f}+-{r.spread:.0f} steps"
             for k, r in races.items()
         )
+        not_a_name = _not_a_name(got, races)
+        if not_a_name:
+            parts.append(correct(name, False, f"{not_a_name} ({table})"))
+            continue
+        ok = got == want
         msg = f"you chose {got!r}" + ("" if ok else f", the race says {want!r}: {why}")
         parts.append(correct(name, ok, f"{msg} ({table})"))
     return parts
+
+
+def _not_a_name(got, races: dict[str, Race]) -> str:
+    """Why `got` is not an answer (a key of `races` or None), or "" when it is one."""
+    if got is None or (isinstance(got, str) and got in races):
+        return ""
+    expected = "return a name, the str key of `results` (such as its .name), or None"
+    if isinstance(got, Race):
+        return f"you returned the Race object of {got.name!r}, not its name: {expected}"
+    if isinstance(got, str):
+        return f"you returned {got!r}, which is not a key of `results`: {expected}"
+    return f"you returned a {type(got).__name__}, not a name: {expected}"
 
 
 def _copy(r: Race) -> Race:

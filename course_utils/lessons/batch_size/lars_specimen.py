@@ -3,11 +3,15 @@ check can name a mistake only when that mistake reproduces the learner's updates
 
 Each layer of the specimen hides no mistake another layer shows: weight norms far from 1 (40
 and 0.05), weight decay as large as the gradient on one layer, biases and a BatchNorm scale,
-a zero-initialised layer, a layer whose gradient is zero, and two param groups whose settings
-differ from each other and from the optimizer's defaults."""
+a zero-initialised layer, a layer whose gradient is zero in each group (with weight decay, where
+a ratio other than 1 moves it; without, where a missing eps divides 0 by 0), and two param
+groups whose settings differ from each other and from the optimizer's defaults. The check
+changes each group's LR between steps as a warm-up scheduler does (`LR_SCHEDULE`): while it
+is constant, LR applied inside the momentum buffer and outside it move weights identically."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -21,6 +25,9 @@ GROUPS = [
     dict(lr=2.0, momentum=0.5, weight_decay=0.0, trust_coef=0.05, eps=1e-9),
 ]
 STEPS = 3
+# each group's LR at step t is its lr times LR_SCHEDULE[t], set by the check before the step
+# as a linear warm-up sets it (the defaults are not scheduled: a scheduler writes the groups)
+LR_SCHEDULE = (1 / 3, 2 / 3, 1.0)
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,7 @@ LAYERS = [
     Layer("bias (1-D)", 0, (16,), 1.0, 0.3),
     Layer("BatchNorm weight (1-D)", 0, (8,), math.sqrt(8), 0.1),
     Layer("zero-initialised weight", 0, (10, 16), 0.0, 0.5),
+    Layer("weight without gradient, with weight decay", 0, (6, 4), 1.5, 0.0),
     Layer("second group's weight", 1, (32, 4), 3.0, 0.1),
     Layer("second group's weight without gradient", 1, (4, 4), 2.0, 0.0),
     Layer("second group's bias (1-D)", 1, (4,), 0.5, 0.2),
@@ -49,15 +57,26 @@ def _scaled(shape: tuple[int, ...], norm: float, gen: torch.Generator) -> torch.
     return x * (norm / x.norm()) if norm > 0 else torch.zeros(shape)
 
 
-def initial_weights() -> list[torch.Tensor]:
+@functools.cache
+def _initial() -> tuple[torch.Tensor, ...]:
     gen = torch.Generator().manual_seed(5)
-    return [_scaled(layer.shape, layer.weight_norm, gen) for layer in LAYERS]
+    return tuple(_scaled(layer.shape, layer.weight_norm, gen) for layer in LAYERS)
+
+
+@functools.cache
+def _gradients() -> tuple[tuple[torch.Tensor, ...], ...]:
+    gen = torch.Generator().manual_seed(6)
+    return tuple(tuple(_scaled(la.shape, la.grad_norm, gen) for la in LAYERS) for _ in range(STEPS))
+
+
+def initial_weights() -> list[torch.Tensor]:
+    """Fresh copies (drawn once: `explain` replays LARS hundreds of times)."""
+    return [w.clone() for w in _initial()]
 
 
 def gradients() -> list[list[torch.Tensor]]:
     """One gradient per layer per step, fresh directions each step, norms fixed per layer."""
-    gen = torch.Generator().manual_seed(6)
-    return [[_scaled(la.shape, la.grad_norm, gen) for la in LAYERS] for _ in range(STEPS)]
+    return [[g.clone() for g in step] for step in _gradients()]
 
 
 def param_groups(params: list[torch.Tensor]) -> list[dict]:
@@ -82,25 +101,37 @@ MISTAKES = {
     "no_trust_coef": "the trust coefficient eta left out",
     "clip_ratio": "the trust ratio clipped at 1 (that is LARC, NVIDIA's variant; LARS does "
     "not clip)",
-    "zero_ratio": "a zero-norm layer given ratio 0 (it must get 1, or it never moves)",
+    "zero_ratio": "no ratio 1 for a zero norm: a zero-norm layer keeps eta |w| / (|g| + wd |w| "
+    "+ eps), ratio 0 for a zero-initialised one, which never moves (both |w| = 0 and |g| = 0 "
+    "get ratio 1)",
+    "guard_grad_only": "ratio 1 given only where |g| = 0, not where |w| = 0: a zero-initialised "
+    "layer gets ratio 0 and never moves",
     "no_eps": "neither eps nor ratio 1 for a zero gradient: a layer without gradient divides "
     "by zero and its weights become NaN (add eps to the denominator, or give it ratio 1)",
-    "defaults": "the optimizer's defaults used instead of each param group's settings",
+    "guard_weight_only": "ratio 1 given only where |w| = 0, not where |g| = 0: a weight without "
+    "gradient gets eta |w| / (wd |w| + eps) and its weight decay is scaled by that",
     "first_group": "the first param group's settings used for every group",
     "ratio_after_momentum": "the trust ratio applied to the momentum buffer (it scales the "
     "new gradient before it enters the buffer)",
     "no_momentum": "momentum left out",
+    "lr_in_buffer": "the LR multiplied into each update before it enters the buffer "
+    "(buf = m buf + lr ratio d, p -= buf, as the paper's algorithm 1 writes it): the exercise "
+    "asks for torch.optim.SGD's convention, buf = m buf + ratio d, p -= lr buf, and the two "
+    "differ once the LR changes between steps, as warm-up changes it",
     "not_in_place": "parameters never updated in place (assigning to p rebinds a name)",
 }
 
 
-def simulate(mistakes: frozenset[str] = frozenset()) -> list[list[torch.Tensor]]:
-    """The specimen's weights after each step under LARS with `mistakes` (none: the answer)."""
-    ws = [w.clone() for w in initial_weights()]
+def simulate(
+    mistakes: frozenset[str] = frozenset(), from_defaults: frozenset[str] = frozenset()
+) -> list[list[torch.Tensor]]:
+    """The specimen's weights after each step under LARS with `mistakes` (none: the answer)
+    and the settings named in `from_defaults` read from DEFAULTS instead of the groups."""
+    ws = initial_weights()
     bufs = [torch.zeros_like(w) for w in ws]
     out = []
-    for grads in gradients():
-        settings = [_settings(la.group, mistakes) for la in LAYERS]
+    for t, grads in enumerate(gradients()):
+        settings = [_settings(la.group, t, mistakes, from_defaults) for la in LAYERS]
         if "global_norm" in mistakes:
             w_all = torch.cat([w.flatten() for w in ws]).norm()
             g_all = torch.cat([g.flatten() for g in grads]).norm()
@@ -121,7 +152,9 @@ def simulate(mistakes: frozenset[str] = frozenset()) -> list[list[torch.Tensor]]
                 ratio = num / den if "no_eps" in mistakes else num / den.clamp_min(1e-38)
                 if "clip_ratio" in mistakes:
                     ratio = torch.clamp(ratio, max=1.0)
-                zero = wn == 0 or (gn == 0 and "no_eps" not in mistakes)
+                guard_w = "guard_grad_only" not in mistakes
+                guard_g = not mistakes & {"no_eps", "guard_weight_only"}
+                zero = (wn == 0 and guard_w) or (gn == 0 and guard_g)
                 if zero and "zero_ratio" not in mistakes:
                     ratio = torch.tensor(1.0)
                 d = (
@@ -130,24 +163,27 @@ def simulate(mistakes: frozenset[str] = frozenset()) -> list[list[torch.Tensor]]
                     else g + wd * w
                 )
             mom = 0.0 if "no_momentum" in mistakes else s["momentum"]
+            inside, outside = (s["lr"], 1.0) if "lr_in_buffer" in mistakes else (1.0, s["lr"])
             if "ratio_after_momentum" in mistakes:
-                bufs[i] = mom * bufs[i] + d
+                bufs[i] = mom * bufs[i] + inside * d
                 step = ratio * bufs[i]
             else:
-                bufs[i] = mom * bufs[i] + ratio * d
+                bufs[i] = mom * bufs[i] + inside * ratio * d
                 step = bufs[i]
             if "wd_after_ratio" in mistakes and not one_d:
-                step = step + wd * w
-            new.append(w if "not_in_place" in mistakes else w - s["lr"] * step)
+                step = step + inside * wd * w
+            new.append(w if "not_in_place" in mistakes else w - outside * step)
         ws = new
         out.append([w.clone() for w in ws])
     return out
 
 
-def _settings(group: int, mistakes: frozenset[str]) -> dict:
-    if "defaults" in mistakes:
-        return DEFAULTS
-    return GROUPS[0] if "first_group" in mistakes else GROUPS[group]
+def _settings(group: int, t: int, mistakes: frozenset[str], from_defaults: frozenset[str]) -> dict:
+    """Step t's settings as the update reads them: the group's (the first group's under
+    `first_group`), its LR scheduled, and the keys in `from_defaults` from DEFAULTS."""
+    s = dict(GROUPS[0] if "first_group" in mistakes else GROUPS[group])
+    s["lr"] *= LR_SCHEDULE[t]
+    return {k: DEFAULTS[k] if k in from_defaults else v for k, v in s.items()}
 
 
 def close(got: torch.Tensor, want: torch.Tensor, start: torch.Tensor) -> bool:
@@ -161,14 +197,18 @@ def close(got: torch.Tensor, want: torch.Tensor, start: torch.Tensor) -> bool:
     )
 
 
-def explain(got: list[list[torch.Tensor]]) -> frozenset[str] | None:
+def explain(
+    got: list[list[torch.Tensor]], from_defaults: frozenset[str] = frozenset()
+) -> frozenset[str] | None:
     """The smallest set of at most two mistakes whose updates reproduce `got` on every layer
-    and step, or None: only a set that reproduces everything is named as the cause."""
+    and step, the settings in `from_defaults` (found by the check's probe) read from DEFAULTS,
+    or None: only a set that reproduces everything is named as the cause. With settings read
+    from the defaults, the empty set (that alone) is tried first."""
     singles = [frozenset([m]) for m in MISTAKES]
     pairs = [frozenset(p) for p in itertools.combinations(MISTAKES, 2)]
     start = initial_weights()
-    for mistakes in singles + pairs:
-        want = simulate(mistakes)
+    for mistakes in ([frozenset()] if from_defaults else []) + singles + pairs:
+        want = simulate(mistakes, from_defaults)
         if all(
             _same(g, w, s)
             for step_g, step_w in zip(got, want, strict=True)
