@@ -14,6 +14,12 @@ not grow while the core is taken away, and wall time does (the issue saw 1.08x t
 same answer, timed on the wall clock with two threads). A run that leaves child processes
 running (persistent DataLoader workers), whose work CPU seconds would miss, is timed on the
 wall clock instead.
+
+Each call of the learner's run is watched (watch.py): the model it returns must be built during
+that call (every call trains from scratch), its test-split reads fail as `held_out_accuracy`'s
+do, and a later call that reads under half the training images the first one read kept its
+decoded images from an earlier call, which takes data preparation out of the time. The probes
+cost about 10 ms per call (2,500 images, measured in CPU seconds beside a plain decode).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import multiprocessing
 import statistics
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -43,6 +50,7 @@ from .recipe import (
     training_set,
     tuned_recipe,
 )
+from .watch import data_reads, float32_refused, module_births, stale
 
 # Odd, so the median is one measured pair. Quick mode (a CPU, often shared): 3, the count
 # the load evidence below was measured with. Full mode: 1. On a GPU the learner's run is
@@ -117,13 +125,25 @@ def cpu_seconds() -> float:
     return time.process_time() + kids.ru_utime + kids.ru_stime
 
 
-def _learner_run(speedrun, dataset) -> tuple[float, float | None, object, dict[str, int]]:
-    """The learner's whole run, synchronised, its precision watched, held-out reads caught:
-    (wall seconds, CPU seconds or None where they would not be the whole run, model, seen)."""
+@dataclass
+class LearnerRun:
+    """One timed call of the learner's speed-run and what was watched during it."""
+
+    wall: float
+    cpu: float | None  # None where CPU seconds would not be the whole run
+    model: object
+    seen: dict[str, int]  # fp16 regions and scaled losses (precision_watch)
+    stale: list[str]  # modules of the returned model built before the call
+    images_read: int  # distinct training images read (the data set's __getitem__)
+
+
+def _learner_run(speedrun, dataset) -> LearnerRun:
+    """The learner's whole run, synchronised, its precision, module constructions and data
+    reads watched, held-out reads caught (the test split's images included)."""
     device = get_device()
     harness.held_out_reads.clear()
     children = set(multiprocessing.active_children())
-    with precision_watch() as seen:
+    with precision_watch() as seen, module_births() as born, data_reads() as reads:
         synchronize(device)
         t0, cpu0 = time.perf_counter(), cpu_seconds()
         model = speedrun(dataset)
@@ -133,7 +153,8 @@ def _learner_run(speedrun, dataset) -> tuple[float, float | None, object, dict[s
         raise HeldOutUsed(harness.held_out_reads[0])
     still_running = set(multiprocessing.active_children()) - children
     on_cpu_clock = device.type == "cpu" and not still_running
-    return wall, cpu if on_cpu_clock else None, model, seen
+    old = stale(model, born) if isinstance(model, nn.Module) else []
+    return LearnerRun(wall, cpu if on_cpu_clock else None, model, seen, old, len(reads.train))
 
 
 def _baseline_seconds(dataset, seed: int) -> tuple[float, float]:
@@ -163,8 +184,9 @@ def _warm_up(dataset) -> None:
         fit(recipe, part, epochs=1, label="warm-up", leave=False)
 
 
-def _rules(model, seen: dict[str, int]) -> list:
+def _rules(run: LearnerRun) -> list:
     """What the first run must satisfy before it is worth timing; failing parts, or none."""
+    model, seen = run.model, run.seen
     if not isinstance(model, nn.Module):
         what = f"speedrun returned {type(model).__name__}, expected the trained nn.Module"
         return [correct("model", False, what)]
@@ -179,21 +201,71 @@ def _rules(model, seen: dict[str, int]) -> list:
                 "scaler.update()), as lesson 04 does; bf16 needs none",
             )
         ]
-    return []
+    if refused := float32_refused(model, get_device()):
+        return [
+            correct(
+                "takes float32 images",
+                False,
+                f"the model you returned holds {refused}. The returned model must take "
+                "float32 images, as it is judged on them: cast it back (model.float()) before "
+                "returning it, or keep float32 weights and autocast the compute (lesson 04)",
+            )
+        ]
+    return _fresh(run, 0)
+
+
+def _fresh(run: LearnerRun, i: int) -> list:
+    """Every call must build its model: failing parts, or none."""
+    if not run.stale:
+        return []
+    what = (
+        "the model you returned was"
+        if "the model" in run.stale
+        else f"parts of the model you returned ({', '.join(run.stale[:3])}) were"
+    )
+    return [
+        correct(
+            "trained from scratch",
+            False,
+            f"{what} built before this call (run {i + 1}): a speed-run must build and train a "
+            "fresh model every time, as the check times each call; a model kept, or copied, "
+            "from an earlier run (or built outside speedrun) brings its training along",
+        )
+    ]
+
+
+def _decodes_each_call(first: LearnerRun, run: LearnerRun, i: int) -> list:
+    """A timed call that read far fewer training images than the first one kept its decoded
+    images from an earlier call: failing parts, or none."""
+    if run.images_read * 2 >= first.images_read:
+        return []
+    return [
+        correct(
+            "data preparation timed",
+            False,
+            f"your first run read {first.images_read} training images (train_set[i]), run "
+            f"{i + 1} read {run.images_read}: the images decoded in an earlier call were kept, "
+            "so data preparation dropped out of the timed runs. Section 1 (the rules) times "
+            "training with data preparation included: decode train_set inside speedrun on "
+            "every call",
+        )
+    ]
 
 
 @check(
     "11-speedrun",
     points=4,
-    hint="Decode the images once and keep them on the device; train at a larger batch with a "
-    "one-cycle schedule for just enough epochs; autocast where your device class says it pays "
-    "(fp16 through a GradScaler, bf16 without); no bias before BatchNorm; no .item() per step. "
+    hint="Decode the images once per run and keep them on the device; train at a larger batch "
+    "with a one-cycle schedule for just enough epochs; autocast where your device class says "
+    "it pays (fp16 through a GradScaler, bf16 without); no bias before BatchNorm; no .item() "
+    "per step. "
     "Never look at the test split. Return the trained model.",
 )
 def check_speedrun(speedrun):
     dataset, cls = training_set(), device_class()
     threshold = THRESHOLDS[cls].value
     ratios, models, clocks = [], [], set()
+    first: LearnerRun | None = None
     with steady_cpu(1):
         _warm_up(dataset)
         n_pairs = pairs()
@@ -202,10 +274,15 @@ def check_speedrun(speedrun):
                 if i % 2:  # the baseline first in every other pair
                     base = _baseline_seconds(dataset, seed=i)
                     bar.update()
-                wall, cpu, model, seen = _learner_run(speedrun, dataset)
+                run = _learner_run(speedrun, dataset)
                 bar.update()
-                if i == 0 and (broken := _rules(model, seen)):
-                    return broken  # nothing to time: say what is wrong now
+                first = first or run
+                broken = (
+                    _rules(run) if i == 0 else _fresh(run, i) or _decodes_each_call(first, run, i)
+                )
+                if broken:
+                    return broken  # nothing (more) to time: say what is wrong now
+                wall, cpu, model = run.wall, run.cpu, run.model
                 if not i % 2:
                     base = _baseline_seconds(dataset, seed=i)
                     bar.update()
@@ -220,8 +297,8 @@ def check_speedrun(speedrun):
         correct(
             "held-out accuracy",
             accuracy >= target(),
-            f"your model scores {accuracy:.1%} on the held-out test split, which your code "
-            f"never read; the target is {target():.0%}",
+            f"your model scores {accuracy:.1%} on the held-out test split (the check's guard "
+            f"saw your code read none of it); the target is {target():.0%}",
             value=accuracy,
             threshold=target(),
         ),
