@@ -182,14 +182,35 @@ CASES = [
     _case(wrong_abs_gain, cause=SLOWER, not_causes=(TIE,)),
     _case(wrong_rounds_break_even, cause=r"expected", not_causes=(TIE,)),
     _case(wrong_ceil_break_even, cause=r"expected", not_causes=(TIE,)),
-    _case(wrong_compile_if_faster, cause=r"expected", not_causes=(TIE,)),
+    # not_causes "ratio" added after the blind run: the answer uses the difference.
+    _case(wrong_compile_if_faster, cause=r"expected", not_causes=(TIE, r"ratio")),
     _case(wrong_inverted, cause=r"expected", not_causes=(TIE,)),
     _case(wrong_mutates_timing, cause=r"chang|modif|mutat|wrote|timing"),
     _case(wrong_uses_lessons_break_even, cause=r"reference|lesson"),
 ]
 
 
-@pytest.mark.parametrize("fn, expect, cause, not_causes", open_holes(CASES, {}))
+RATIO = (
+    "told 'the gain per step is eager - compiled seconds, not their ratio' though it uses the "
+    "difference: the run lengths asked (N-1, N, 10N) cannot tell a ratio (True at every length "
+    "once the step is faster) from {}; a short run in the faster scenarios would"
+)
+HOLES = {
+    "wrong-overhead_over_an_eager_step": RATIO.format("a break-even one step early"),
+    "wrong-compile_if_faster": RATIO.format("ignoring the run length"),
+    "wrong-rounds_break_even": "no scenario puts the break-even's fraction at or above one "
+    "half: rounding passes whenever the measured first call puts both 1.25x break-evens in "
+    "the lower half (here 700.03 and 4200.2 steps)",
+    "wrong-mutates_timing": "caught, but the message says only that the answers differ and "
+    "prints the timing as the learner's call left it; one timing object serves every question "
+    "and is never compared before and after a call, so the cause (the call changed `timing`) "
+    "is not named",
+    "wrong-uses_lessons_break_even": "lesson.exact_break_even is not marked @reference: the "
+    "learner's function may call the lesson's own break-even and pass",
+}
+
+
+@pytest.mark.parametrize("fn, expect, cause, not_causes", open_holes(CASES, HOLES))
 def test_should_compile(fn, expect, cause, not_causes, measured):
     verdict = run_check(lesson.check_break_even, fn)
     shown = f"first call {measured.first_call_s * 1e3:.0f} ms"
@@ -200,7 +221,15 @@ def test_should_compile(fn, expect, cause, not_causes, measured):
 
 REAL = [
     pytest.param(valid_break_even_guarded, id="valid-break_even_guarded-real-measurement"),
-    pytest.param(wrong_rounds_break_even, id="wrong-rounds_break_even-real-measurement"),
+    pytest.param(
+        wrong_rounds_break_even,
+        id="wrong-rounds_break_even-real-measurement",
+        marks=pytest.mark.xfail(
+            strict=False,
+            reason="open hole (rounding): caught only when this machine's "
+            "break-even has a fraction of one half or more",
+        ),
+    ),
 ]
 
 
