@@ -378,6 +378,23 @@ def slower_compiles(t, n, compiles=1):
     return n > compiles * (t.first_call_s - t.compiled_step_s) / _gain(t)
 
 
+def eager_step_overhead(t, n, compiles=1):
+    return n * _gain(t) > compiles * (t.first_call_s - t.eager_step_s)
+
+
+def faster_step_only(t, n, compiles=1):
+    return t.compiled_step_s < t.eager_step_s
+
+
+def rounds_break_even(t, n, compiles=1):
+    return _gain(t) > 0 and n > round(compiles * (t.first_call_s - t.compiled_step_s) / _gain(t))
+
+
+def keeps_cost_in_timing(t, n, compiles=1):
+    t.first_call_s -= t.compiled_step_s
+    return n * _gain(t) > compiles * t.first_call_s
+
+
 def returns_break_even(t, n, compiles=1):
     """The old exercise's answer: a number of steps, not a decision."""
     return (
@@ -404,10 +421,15 @@ def test_break_even_check_passes_valid_alternatives(fixed_timing, answer):
         (compiles_once, "compiles (one per shape) were counted once"),
         (speedup_ratio, "not their ratio"),
         (slower_compiles, "not faster never pays back"),
+        (eager_step_overhead, "not minus an eager step"),
+        (faster_step_only, "a short run stays eager"),
+        (rounds_break_even, "rounded to the nearest step"),
+        (keeps_cost_in_timing, "changed its timing argument"),
         (returns_break_even, "not True or False"),
     ],
     ids=["tie-compiles", "first-call-counted-whole", "recompiles-ignored", "ratio-not-difference",
-         "slower-step-compiles", "returns-a-number"],
+         "slower-step-compiles", "eager-step-overhead", "faster-step-only", "rounds-break-even",
+         "mutates-its-timing", "returns-a-number"],
 )  # fmt: skip
 def test_break_even_check_fails_the_usual_mistakes_with_the_cause(fixed_timing, wrong, cause):
     exc = failure(lesson.check_break_even, wrong)
@@ -433,7 +455,7 @@ def test_break_even_check_names_no_cause_when_no_single_mistake_explains_the_ans
 def test_run_lengths_sit_on_both_sides_of_a_whole_number_break_even():
     t = compiling.CompileTiming(first_call_s=0.5, eager_step_s=0.25, compiled_step_s=0.125)
     assert lesson.exact_break_even(t) == 3  # a tie at 3 steps: 3 * 0.125 saved = 0.375 compile cost
-    assert break_even_mod.run_lengths(t, 1) == [3, 4, 40]
+    assert break_even_mod.run_lengths(t, 1) == [1, 2, 3, 4, 40]  # a short run, then both sides
     assert lesson.reference_should_compile(t, 3) is False
     assert lesson.reference_should_compile(t, 4) is True
 
@@ -445,6 +467,11 @@ def test_break_even_check_reports_not_attempted_and_rejects_delegation(fixed_tim
         return lesson.reference_should_compile(t, n, compiles)
 
     assert "reference answer" in failure(lesson.check_break_even, delegating).summary
+
+    def via_lessons_break_even(t, n, compiles=1):
+        return n > lesson.exact_break_even(t, compiles)
+
+    assert "reference answer" in failure(lesson.check_break_even, via_lessons_break_even).summary
 
 
 # --- demos ----------------------------------------------------------------------------------

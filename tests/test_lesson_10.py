@@ -160,7 +160,7 @@ def from_numpy_then_to(data, dtype=None):
     """Valid alternative: from_numpy where it works, .to(dtype) (a no-op for the same dtype)."""
     if not isinstance(data, np.ndarray):
         return torch.tensor(data, dtype=dtype)
-    if not data.dtype.isnative or any(s < 0 for s in data.strides):
+    if not data.dtype.isnative or any(s < 0 or s % data.itemsize for s in data.strides):
         data = data.astype(data.dtype.newbyteorder("="), order="C")
     t = torch.from_numpy(data)
     return t if dtype is None else t.to(dtype)
@@ -197,6 +197,29 @@ def list_as_float64(data, dtype=None):
     return try_then_copy(np.asarray(data), dtype)
 
 
+def negative_strides_only(data, dtype=None):
+    """The old solution: copies flips and foreign byte order, not a packed record field."""
+    if isinstance(data, np.ndarray) and (not data.dtype.isnative or min(data.strides) < 0):
+        data = np.ascontiguousarray(data, dtype=data.dtype.newbyteorder("="))
+    return torch.as_tensor(data, dtype=dtype)
+
+
+def numpy_copy_then_torch_tensor(data, dtype=None):
+    """Two copies where one is needed: numpy's, then torch.tensor's."""
+    try:
+        return torch.as_tensor(data, dtype=dtype)
+    except ValueError:
+        return torch.tensor(np.array(data, dtype=data.dtype.newbyteorder("=")), dtype=dtype)
+
+
+def lists_in_float32(data, dtype=None):
+    return (
+        torch.tensor(data, dtype=dtype or torch.float32)
+        if isinstance(data, list)
+        else (try_then_copy(data, dtype))
+    )
+
+
 @pytest.mark.parametrize(
     "right", [try_then_copy, from_numpy_then_to], ids=["try-then-copy", "from-numpy-then-to"]
 )
@@ -214,9 +237,13 @@ def test_to_tensor_check_passes_conversions_that_share_when_they_can(right):
         (bytes_reinterpreted, "the values differ"),
         (dtype_ignored, "expected torch.float32 (asked for)"),
         (list_as_float64, "torch's for Python numbers"),
+        (negative_strides_only, "raised ValueError"),
+        (numpy_copy_then_torch_tensor, "two copies where one suffices"),
+        (lists_in_float32, "expected torch.int64 (torch's for Python numbers)"),
     ],
     ids=["as_tensor-alone", "torch.tensor", "copy-keeps-byte-order", "contiguous-first",
-         "bytes-reinterpreted", "dtype-ignored", "list-as-float64"],
+         "bytes-reinterpreted", "dtype-ignored", "list-as-float64", "record-field-not-copied",
+         "two-copies", "lists-in-float32"],
 )  # fmt: skip
 def test_to_tensor_check_fails_conversions_that_copy_needlessly_or_not_at_all(wrong, cause):
     assert cause in failure(lesson.check_to_tensor, wrong).summary

@@ -5,13 +5,14 @@ above the break-even, including a whole-number break-even where the two runs tie
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
 
-from ...checks import check, correct
+from ...checks import check, correct, reference
 from . import compiling
 from .checks import HINTS
 from .reference import reference_should_compile
@@ -19,6 +20,7 @@ from .reference import reference_should_compile
 Rule = Callable[[compiling.CompileTiming, int, int], bool]
 
 
+@reference  # it computes the exercise's answer: demos may print it, graded code may not
 def exact_break_even(timing, compiles: int = 1) -> Fraction | float:
     """Exact steps at which the two runs take equally long (math.inf if never): the compile
     cost (first call minus the step it also ran, once per compile) over the gain per step."""
@@ -30,6 +32,19 @@ def exact_break_even(timing, compiles: int = 1) -> Fraction | float:
 
 def _faster(x: float, n: int) -> bool:
     return n > x
+
+
+def _fractions(t) -> tuple[Fraction, Fraction, Fraction]:
+    return Fraction(t.first_call_s), Fraction(t.eager_step_s), Fraction(t.compiled_step_s)
+
+
+def _eager_step_overhead(t, n: int, c: int) -> bool:
+    first, eager, compiled = _fractions(t)
+    return n * (eager - compiled) > c * (first - eager)
+
+
+def _rounded(t, n: int, c: int, how: Callable[[Fraction], int]) -> bool:
+    return t.eager_step_s > t.compiled_step_s and n > how(exact_break_even(t, c))
 
 
 # Mistakes a half-understanding learner makes, each as the decision it leads to: a cause is
@@ -61,6 +76,26 @@ MISTAKES: dict[str, tuple[str, Rule]] = {
             and n > c * _cost(t) / (t.eager_step_s / t.compiled_step_s)
         ),
     ),
+    "eager-step": (
+        "the compile cost is the first call minus the compiled step that call also ran, not "
+        "minus an eager step",
+        _eager_step_overhead,
+    ),
+    "no-investment": (
+        "a faster step alone does not make compiling pay: the compile cost is repaid only "
+        "after enough steps, so a short run stays eager",
+        lambda t, n, c: t.eager_step_s > t.compiled_step_s,
+    ),
+    "rounded": (
+        "the break-even was rounded to the nearest step: the first run that is sooner compiled "
+        "is the first whole step past it",
+        lambda t, n, c: _rounded(t, n, c, round),
+    ),
+    "rounded-up": (
+        "the break-even was rounded up before comparing: the first whole step past it is "
+        "already sooner compiled",
+        lambda t, n, c: _rounded(t, n, c, math.ceil),
+    ),
     "not-faster": (
         "a compiled step that is not faster never pays back, however long the run",
         lambda t, n, c: t.eager_step_s < t.compiled_step_s or _faster(exact_break_even(t, c), n),
@@ -78,11 +113,18 @@ def _q(seconds: float) -> float:
     return round(seconds * 2**20) / 2**20
 
 
+def _cost_of(steps: Fraction, eager: float, gain: float) -> compiling.CompileTiming:
+    """A timing whose compile cost is exactly `steps` gains (its break-even, on the grid)."""
+    compiled = eager - gain
+    return compiling.CompileTiming(compiled + float(steps * Fraction(gain)), eager, compiled)
+
+
 def _scenarios(measured) -> list[tuple[str, compiling.CompileTiming, int]]:
     first, eager = _q(measured.first_call_s), _q(measured.eager_step_s)
     faster = _q(eager / 1.25)
-    gain = _q(eager / 5)  # a whole-number break-even: the compile cost is exactly n gains
+    gain = max(_q(eager / 5), 2**-20)  # a whole-number break-even: the cost is exactly n gains
     n = max(2, round((first - (eager - gain)) / gain))
+    gain4 = max(4 * _q(eager / 20), 4 * 2**-20)  # a multiple of 4 grid steps: n + 1/4 is exact
     return [
         (
             "measured here (TorchDynamo only)",
@@ -91,32 +133,40 @@ def _scenarios(measured) -> list[tuple[str, compiling.CompileTiming, int]]:
         ),
         ("your first call, a 1.25x faster step", compiling.CompileTiming(first, eager, faster), 1),
         ("the same, 6 shapes with dynamic=False", compiling.CompileTiming(first, eager, faster), 6),
-        (
-            f"a compile cost of exactly {n} steps' gain",
-            compiling.CompileTiming(eager - gain + n * gain, eager, eager - gain),
-            1,
-        ),
+        (f"a compile cost of exactly {n} steps' gain", _cost_of(Fraction(n), eager, gain), 1),
+        # a break-even's fraction on both sides of one half, whatever this machine measured:
+        # rounding to the nearest step is one step late on the first, rounding up on both
+        (f"a compile cost of {n}.75 steps' gain", _cost_of(n + Fraction(3, 4), eager, gain4), 1),
+        (f"a compile cost of {n}.25 steps' gain", _cost_of(n + Fraction(1, 4), eager, gain4), 1),
         ("a compiled step 10% slower", compiling.CompileTiming(first, eager, _q(eager * 1.1)), 1),
         ("a compiled step exactly as fast", compiling.CompileTiming(first, eager, eager), 1),
     ]
 
 
 def run_lengths(timing, compiles: int) -> list[int]:
-    """Just below and at the first run length that is sooner compiled, and ten times it; for
-    a timing that never pays, a short and a very long run."""
+    """One step and half the break-even (a faster step alone does not pay yet; one step also
+    tells a speed-up ratio, which is not in seconds, from ignoring the run length), just below
+    and at the first run length that is sooner compiled, and ten times it; for a timing that
+    never pays, a short and a very long run."""
     x = exact_break_even(timing, compiles)
     if math.isinf(x):
         return [10, 10**7]
     first_sooner = math.floor(x) + 1
-    return sorted({max(1, first_sooner - 1), first_sooner, 10 * first_sooner})
+    lengths = {1, first_sooner // 2, first_sooner - 1, first_sooner, 10 * first_sooner}
+    return sorted(lengths - {0})
 
 
 def _decide(should_compile, timing, n: int, compiles: int):
-    """The learner's answer, or the exception it raised (reported, not a traceback)."""
+    """The learner's answer on a fresh copy of the timing (so one call cannot change what the
+    next one is asked), or the exception it raised (reported, not a traceback); and the
+    fields the call changed in its copy."""
+    given = copy.copy(timing)
     try:
-        return should_compile(timing, n, compiles)
+        answer = should_compile(given, n, compiles)
     except ZeroDivisionError as exc:
-        return exc
+        answer = exc
+    changed = [k for k, v in vars(timing).items() if getattr(given, k, None) != v]
+    return answer, changed
 
 
 def _is_bool(x) -> bool:
@@ -140,10 +190,11 @@ def _confirmed_cause(answers: list[tuple[object, int, int, object]]) -> str | No
 @check("05-break-even", points=2, hint=HINTS["break_even"])
 def check_break_even(should_compile):
     cases = [(*case, run_lengths(*case[1:])) for case in _scenarios(compiling.dynamo_timing())]
-    answers = [
+    decided = [
         [_decide(should_compile, timing, n, compiles) for n in lengths]
         for _, timing, compiles, lengths in cases
     ]
+    answers = [[a for a, _ in said] for said in decided]
     cause = _confirmed_cause(
         [
             (timing, n, compiles, got)
@@ -152,12 +203,21 @@ def check_break_even(should_compile):
         ]
     )
     parts = []
-    for (name, timing, compiles, lengths), got in zip(cases, answers, strict=True):
+    for (name, timing, compiles, lengths), got, calls in zip(cases, answers, decided, strict=True):
         want = [reference_should_compile(timing, n, compiles) for n in lengths]
         shown = (
             f"first call {timing.first_call_s * 1e3:.0f} ms, eager {timing.eager_step_s * 1e3:.2f} "
             f"ms, compiled {timing.compiled_step_s * 1e3:.2f} ms, {compiles} compile(s)"
         )
+        changed = sorted({k for _, ks in calls for k in ks})
+        if changed:
+            why = (
+                f"your function changed its timing argument ({', '.join(changed)}): the "
+                "notebook asks several questions of one timing, and each later answer would "
+                "read the changed one; keep the compile cost in a local variable"
+            )
+            parts.append(correct(name, False, f"{shown}: {why}"))
+            continue
         if any(isinstance(g, ZeroDivisionError) for g in got):
             why = (
                 "your code divided by zero: a compiled step exactly as fast as eager gains "

@@ -50,11 +50,12 @@ def reference_fast_train(
 @reference
 def reference_to_tensor(data, dtype: torch.dtype | None = None) -> torch.Tensor:
     """A CPU tensor over the data's own memory whenever torch can wrap it, else the one copy
-    that is needed. torch has no negative strides and reads only the machine's byte order
-    (`torch.from_numpy` raises for both), so such an array is copied once, into native
+    that is needed. torch has no negative strides, counts strides in whole elements (a field
+    of a packed record array has neither) and reads only the machine's byte order
+    (`torch.from_numpy` raises for all three), so such an array is copied once, into native
     order; `as_tensor` then shares, or copies only for a dtype change or a list."""
     if isinstance(data, np.ndarray) and (
-        not data.dtype.isnative or min(data.strides, default=0) < 0
+        not data.dtype.isnative or any(s < 0 or s % data.itemsize for s in data.strides)
     ):
         data = np.ascontiguousarray(data, dtype=data.dtype.newbyteorder("="))
     return torch.as_tensor(data, dtype=dtype)
