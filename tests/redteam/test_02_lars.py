@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from helpers_00_03 import assert_verdict, open_holes, run_check
+from redteam_helpers import assert_verdict, open_holes, run_check
 
 from course_utils.lessons import batch_size as lesson
 

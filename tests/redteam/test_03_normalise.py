@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from redteam_helpers import assert_verdict, run_check
 
 from course_utils.lessons import data_loading as lesson
-from tests.redteam.helpers_00_03 import assert_verdict, run_check
 
 # --- shared pieces ------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ import sys
 from fractions import Fraction
 
 import pytest
-from helpers_00_03 import assert_verdict, in_ci, open_holes, run_check
+from redteam_helpers import assert_verdict, in_ci, open_holes, run_check
 
 from course_utils.lessons import fast_kernels as lesson
 

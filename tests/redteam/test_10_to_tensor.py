@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from helpers_00_03 import assert_verdict, open_holes, run_check
+from redteam_helpers import assert_verdict, open_holes, run_check
 
 from course_utils.lessons import habits as lesson
 

@@ -21,8 +21,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers_00_03 import in_ci, open_holes
-from helpers_08_10 import assert_verdict, case, grade
+from redteam_helpers import assert_graded, case, grade, in_ci, open_holes
 
 import course_utils as cu
 from course_utils.lessons import capstone as lesson
@@ -352,4 +351,4 @@ def test_speedrun_check(fn, expect, names, not_names):
         result = grade(lesson.check_speedrun, fn)
     finally:
         torch.set_num_threads(threads)
-    assert_verdict(result, expect, names, not_names)
+    assert_graded(result, expect, names, not_names)
