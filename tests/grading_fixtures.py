@@ -23,7 +23,7 @@ from course_utils.authoring import (
 
 TOY = "toy_lesson.ipynb"
 CELL_TIMEOUT = (
-    25  # 10x an idle import of torch (CI is idle); keeps each hang (3 graded per run) short
+    20  # 10x an idle import of torch (CI is idle); keeps each hang (3 graded per run) short
 )
 THREADS_LINE = "threads seen by the kernel:"
 

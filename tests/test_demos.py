@@ -87,13 +87,14 @@ def _verdicts(out: Path) -> dict:
 
 
 @pytest.mark.timeout(900)
-def test_checks_only_gives_the_same_verdicts_on_solution_untouched_and_half_solved(tmp_path):
+def test_checks_only_gives_the_same_verdicts_on_solution_and_half_solved(tmp_path):
+    """The untouched copy is left out: its checks are all not-attempted either way, which
+    test_grading_course shows for every notebook."""
     name = "08_gradient_clipping.ipynb"
     sol = read(ROOT / "solutions" / name)
     subs = tmp_path / "subs"
     subs.mkdir()
     write(sol, subs / f"solution_{name}")
-    write(learner_copy(sol, name), subs / f"untouched_{name}")
     write(_half_solved(sol, name), subs / f"half_{name}")
     kw = {"solutions": ROOT / "solutions", "quick": True, "cell_timeout": 600, "jobs": 2}
     grade([subs], out=tmp_path / "full", **kw)

@@ -34,7 +34,15 @@ from course_utils.mode import UNTIMED_PLATFORMS
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = ("04_mixed_precision", "08_gradient_clipping")  # the two quickest with checks
 KINDS = ("solved", "untouched", "crashing", "garbage")
+# 04's untouched and garbage copies would repeat 08's (both say not-attempted / unreadable):
+# left out to keep CI inside its 20 minutes; 04 keeps its solved (timed parts not-applicable
+# on Gradescope) and crashing copies.
 CASES = [(lesson, kind) for lesson in LESSONS for kind in KINDS]
+CASES = [
+    c
+    for c in CASES
+    if c not in {("04_mixed_precision", "untouched"), ("04_mixed_precision", "garbage")}
+]
 CRASH_AFTER_FIRST_CHECK = "08_gradient_clipping"  # 04 crashes before any cell: cheaper
 
 pytestmark = pytest.mark.timeout(900)
@@ -285,7 +293,7 @@ def test_a_solved_notebook_earns_every_point_with_speed_shown_not_graded(graded)
 
 
 def test_an_untouched_notebook_scores_nothing_and_says_not_attempted(graded):
-    for lesson in LESSONS:
+    for lesson in {lesson for lesson, kind in CASES if kind == "untouched"}:
         results = graded["results"][lesson, "untouched"]
         assert results["score"] == 0
         assert {t["extra_data"]["status"] for t in results["tests"]} == {"not-attempted"}

@@ -4,6 +4,7 @@ earns nothing and says not-attempted; the solution earns every point."""
 from __future__ import annotations
 
 import csv
+import os
 import shutil
 from pathlib import Path
 
@@ -15,6 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 LEARNER = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 pytestmark = pytest.mark.timeout(1800)
+# CI grades the untouched copies with --checks-only (demo cells skipped: 40 s instead of 160 s
+# of its 20 minutes); COURSE_TESTS=all runs every demo too, on the lessons' reference answers.
+ALL = os.environ.get("COURSE_TESTS") == "all"
 
 
 def _rows(out: Path) -> list[dict]:
@@ -23,8 +27,9 @@ def _rows(out: Path) -> list[dict]:
 
 
 def test_untouched_learner_notebooks_grade_not_attempted(tmp_path):
-    """Every check of every untouched learner copy says not-attempted, and every demo runs on
-    the lesson's reference answers. Two at a time: no timing is graded here."""
+    """Every check of every untouched learner copy says not-attempted (and, with
+    COURSE_TESTS=all, every demo runs on the lesson's reference answers). Two at a time: no
+    timing is graded here."""
     subs = tmp_path / "subs"
     subs.mkdir()
     for nb in LEARNER:
@@ -36,6 +41,7 @@ def test_untouched_learner_notebooks_grade_not_attempted(tmp_path):
         quick=True,
         cell_timeout=600,
         jobs=2,
+        checks_only=not ALL,
     )
     rows = _rows(tmp_path / "out")
     assert {r["notebook"] for r in rows} == {nb.stem for nb in LEARNER}
@@ -44,6 +50,7 @@ def test_untouched_learner_notebooks_grade_not_attempted(tmp_path):
     ]
 
 
+@pytest.mark.skipif(not ALL, reason="COURSE_TESTS=all: test_gradescope grades solved 04 and 08")
 def test_solved_measuring_notebook_earns_every_point(tmp_path):
     sub = tmp_path / "alice_00_measuring.ipynb"
     shutil.copy(ROOT / "solutions" / "00_measuring.ipynb", sub)

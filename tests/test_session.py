@@ -11,6 +11,7 @@ from course_utils.session import decide_mode
 
 T4 = {"device": "cuda", "device_name": "Tesla T4", "device_class": "cuda-tensorcore"}
 H100 = {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "device_class": "cuda-tensorcore"}
+A100 = {"device": "cuda", "device_name": "NVIDIA A100-SXM4-40GB", "device_class": "cuda-tensorcore"}
 CPU = {"device": "cpu", "device_name": "a laptop CPU", "device_class": "cpu"}
 
 
@@ -31,8 +32,14 @@ def on(monkeypatch):
 
 @pytest.mark.parametrize(
     ("env", "lesson", "quick"),
-    [(T4, "01", False), (H100, "00", False), (CPU, "01", True), (H100, "11", True)],
-    ids=["t4-full", "h100-full", "cpu-quick", "capstone-on-h100-quick"],
+    [
+        (T4, "01", False),
+        (H100, "00", False),
+        (CPU, "01", True),
+        (H100, "11", False),
+        (A100, "11", True),
+    ],
+    ids=["t4-full", "h100-full", "cpu-quick", "capstone-on-h100-full", "capstone-on-a100-quick"],
 )
 def test_auto_mode_runs_full_only_where_the_estimate_fits_the_budget(on, env, lesson, quick):
     on(env, lesson)
