@@ -177,7 +177,7 @@ def wrong_fp16_autocast_without_scaler(train_set):
     return _loop(_fresh_model(), x, y, dtype=torch.float16)
 
 
-def wrong_leaks_two_threads(train_set):
+def valid_leaks_two_threads(train_set):
     """Grabs both cores for itself (and leaves them to the baseline that runs next)."""
     torch.set_num_threads(2)
     x, y = lesson.decode_all(train_set, cu.get_device())
@@ -308,7 +308,11 @@ CASES = [
         names=r"GradScaler|scaler|float16|fp16|underflow",
         not_names=REFERENCE,
     ),
-    case(wrong_leaks_two_threads, names=r"thread", not_names=REFERENCE),
+    # decided after the run: its two threads are counted (CPU seconds of all threads), and the
+    # check now restores the thread count after each call, so the baseline that runs next is not
+    # slowed by the leak (it was, idle: 4.39x against the reference's ~3.9x): judged on its
+    # merits, it passes
+    case(valid_leaks_two_threads, "passed"),
     case(wrong_returns_model_and_losses, names=r"return|tuple|module", not_names=HELD_OUT),
     case(wrong_casts_model_to_bf16, names=r"dtype|bfloat16|bf16|float32", not_names=HELD_OUT),
 ]
@@ -321,10 +325,8 @@ CHEAP = {
     "wrong-swallows_held_out_guard",
 }
 HOLES: dict[str, str] = {}  # the 4 open after the blind run are closed (README.md, after fixes)
-UNDECIDED = {  # no verdict: not strict, and cut short so it does not cost 900 s again
-    "wrong-leaks_two_threads": "no verdict: the learner's own run on 2 threads beside load 12 "
-    "crawled (>1 s a step) and hit pytest's 900 s timeout; on an idle machine: not run yet",
-}
+# no verdict yet: not strict, cut short. Empty: `leaks_two_threads` was decided (see its case).
+UNDECIDED: dict[str, str] = {}
 
 
 def _undecided(params: list) -> list:

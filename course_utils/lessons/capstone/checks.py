@@ -143,10 +143,14 @@ def _learner_run(speedrun, dataset) -> LearnerRun:
     device = get_device()
     harness.held_out_reads.clear()
     children = set(multiprocessing.active_children())
+    threads = torch.get_num_threads()  # a learner's set_num_threads must not reach the baseline
     with precision_watch() as seen, module_births() as born, data_reads() as reads:
         synchronize(device)
         t0, cpu0 = time.perf_counter(), cpu_seconds()
-        model = speedrun(dataset)
+        try:
+            model = speedrun(dataset)
+        finally:
+            torch.set_num_threads(threads)
         synchronize(device)
         wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
     if harness.held_out_reads:  # raised inside, and caught by the learner's own code
