@@ -21,6 +21,7 @@ from course_utils.lessons import capstone as lesson
 from course_utils.lessons.capstone import ablate as ablation_mod
 from course_utils.lessons.capstone import checks as capstone_checks
 from course_utils.lessons.capstone import recipe as recipe_mod
+from course_utils.lessons.capstone import splits
 
 pytestmark = pytest.mark.timeout(600)
 unguarded_fit = lesson.fit.__wrapped__
@@ -125,7 +126,7 @@ def test_on_a_t4_class_gpu_the_tuned_recipe_autocasts_fp16_through_a_scaler(monk
     assert device_mod.amp_dtype(t4) == torch.float16 and lesson.tuned_recipe(t4).amp
     monkeypatch.setattr(recipe_mod, "amp_dtype", lambda device=None: torch.float16)
     tuned = dataclasses.replace(lesson.tuned_recipe(t4), channels_last=False)
-    part = recipe_mod.small_subset(lesson.training_set(), 1, tuned.batch_size)
+    part = splits.small_subset(lesson.training_set(), 1, tuned.batch_size)
     with capstone_checks.precision_watch() as seen:
         unguarded_fit(tuned, part, epochs=1, leave=False)
     assert seen == {"fp16": 1, "scaled": 1}
@@ -193,7 +194,7 @@ def test_the_baseline_is_a_newcomers_loop():
 
 def test_fit_shows_epoch_accuracy_and_time_left(capsys):
     tuned = lesson.tuned_recipe()
-    part = recipe_mod.small_subset(lesson.training_set(), 2, tuned.batch_size)
+    part = splits.small_subset(lesson.training_set(), 2, tuned.batch_size)
     unguarded_fit(tuned, part, epochs=2, label="speed-run")
     bar = capsys.readouterr().err
     assert "speed-run" in bar and "epoch 2/2, train acc" in bar and "<00:00" in bar
@@ -245,7 +246,7 @@ def test_a_timing_run_is_projected_from_the_median_step_and_spread_over_its_segm
 
 def test_fit_can_stop_after_some_steps_and_time_them_in_segments():
     tuned = lesson.tuned_recipe()
-    part = recipe_mod.small_subset(lesson.training_set(), 6, tuned.batch_size)
+    part = splits.small_subset(lesson.training_set(), 6, tuned.batch_size)
     run = unguarded_fit(tuned, part, max_steps=5, segment_steps=2, warmup_steps=1, leave=False)
     assert run.steps == 5 and run.warmup.steps == 1
     assert [s.steps for s in run.segments] == [2, 2]
@@ -314,7 +315,7 @@ def test_a_timing_run_yields_its_segments_after_a_warm_up_and_times_only_its_own
 ):
     monkeypatch.setattr(ablation_mod, "epochs_timed", lambda: 1.0)
     tuned = lesson.tuned_recipe()
-    part = recipe_mod.small_subset(lesson.training_set(), 9, tuned.batch_size)
+    part = splits.small_subset(lesson.training_set(), 9, tuned.batch_size)
     runs = []
     for run in ablation_mod._timing(tuned, part, 0, None, "t"):
         runs.append(run)

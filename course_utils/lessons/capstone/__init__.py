@@ -11,13 +11,12 @@ from .recipe import (
     device_batches,
     fit,
     grad_scaler,
-    held_out_accuracy,
     target,
     train_recipe,
-    training_set,
     tuned_recipe,
 )
 from .reference import reference_speedrun
+from .splits import held_out_accuracy, training_set
 
 __all__ = [
     "BASELINE",

@@ -14,9 +14,10 @@ from ...device import get_device
 from ...measure import steady_cpu
 from ...mode import pick
 from .data_path import decode_timed
-from .recipe import Recipe, Run, as_run, training, training_set, tuned_recipe
+from .recipe import Recipe, Run, as_run, training, tuned_recipe
 from .recipe import baseline as _baseline
 from .recipe import target as _target
+from .splits import training_set
 
 # Recipe field -> the baseline's choice there, and the lesson whose technique it undoes.
 UNDONE = {

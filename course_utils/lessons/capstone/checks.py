@@ -41,15 +41,8 @@ from ...device import device_class, get_device, synchronize
 from ...errors import HeldOutUsed
 from ...measure import steady_cpu
 from ...mode import pick
-from .recipe import (
-    baseline,
-    fit,
-    held_out_accuracy,
-    small_subset,
-    target,
-    training_set,
-    tuned_recipe,
-)
+from .recipe import baseline, fit, target, tuned_recipe
+from .splits import held_out_accuracy, small_subset, training_set
 from .watch import data_reads, float32_refused, module_births, stale
 
 # Odd, so the median is one measured pair. Quick mode (a CPU, often shared): 3, the count

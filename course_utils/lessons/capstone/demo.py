@@ -20,9 +20,9 @@ from .recipe import (
     make_optimizer,
     newcomer_loader,
     train_recipe,
-    training_set,
     tuned_recipe,
 )
+from .splits import training_set
 
 
 def mode_note(device=None) -> str:

@@ -8,7 +8,6 @@ settings); the tuned recipe combines what the course taught.
 
 from __future__ import annotations
 
-import functools
 import statistics
 import time
 import warnings
@@ -17,11 +16,10 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from torch.utils.data import Dataset, Subset
+from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
-from ...checks import held_out, reference
-from ...data import dataset_source, load_data, to_tensors
+from ...checks import reference
 from ...device import (
     amp_dtype,
     autocast,
@@ -34,6 +32,7 @@ from ...measure import steady_cpu
 from ...mode import pick
 from ...models import ResNet9, SmallCNN
 from .data_path import Decoded, decode_all, device_batches, newcomer_loader
+from .splits import held_out_accuracy
 
 
 # Quick mode: the offline image set on a CPU. Full mode: CIFAR-10 at 94% on a GPU, the target
@@ -103,40 +102,6 @@ def tuned_recipe(device: torch.device | None = None) -> Recipe:
         sync_every_step=False,
         fused_optimizer=True,
     )
-
-
-# --- data ------------------------------------------------------------------------------------
-
-
-def N_TRAIN() -> int | None:  # noqa: N802 - a size that follows the mode
-    return pick(quick=2_500, full=None)
-
-
-def training_set() -> Dataset:
-    """What a speed-run gets: the training split only, decoded per item (PIL image, label)."""
-    return load_data(N_TRAIN(), 1, raw=True).train
-
-
-@held_out
-@functools.cache
-def _held_out(source: str, n_test: int | None) -> tuple[torch.Tensor, torch.Tensor]:
-    return to_tensors(load_data(1, n_test).test)
-
-
-@held_out
-def held_out_accuracy(model: nn.Module, device: torch.device | None = None) -> float:
-    """Top-1 accuracy on the test split (normalised float NCHW images), in eval mode."""
-    device = device or get_device()
-    x, y = _held_out(dataset_source(), pick(quick=1_000, full=None))
-    was_training = model.training
-    model.eval()
-    correct = 0
-    with torch.no_grad():
-        for i in range(0, len(x), 500):
-            out = model(x[i : i + 500].to(device))
-            correct += int((out.argmax(1).cpu() == y[i : i + 500]).sum())
-    model.train(was_training)
-    return correct / len(x)
 
 
 def make_model(recipe: Recipe) -> nn.Module:
@@ -406,8 +371,3 @@ def train_recipe(
         trained = fit(recipe, dataset, seed, device, epochs=epochs, label=label)
     accuracy = held_out_accuracy(trained.model, device)
     return as_run(recipe, trained, len(dataset), device, accuracy)
-
-
-def small_subset(dataset: Dataset, batches: int, batch_size: int) -> Dataset:
-    """The first `batches` x `batch_size` items: a warm-up that runs every kernel once."""
-    return Subset(dataset, range(min(len(dataset), batches * batch_size)))
