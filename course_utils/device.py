@@ -140,12 +140,21 @@ def gpu_peak_flops(
 ) -> float | None:
     """Data-sheet dense peak for a GPU name, or None when the GPU is not in our table.
     For float32 with `tf32`, the TF32 tensor-core peak where the GPU has one."""
-    for key, (fp32, tf32_peak, half) in GPU_PEAK_FLOPS.items():
-        # whole words only: "L4" must not match "L40S", nor "A10" match "A100"
+    key = match_gpu(name, GPU_PEAK_FLOPS)
+    if key is None:
+        return None
+    fp32, tf32_peak, half = GPU_PEAK_FLOPS[key]
+    if dtype != torch.float32:
+        return half
+    return tf32_peak if tf32 and tf32_peak else fp32
+
+
+def match_gpu(name: str, keys) -> str | None:
+    """The first of `keys` (GPU names, variants before the plain name) that `name` contains as
+    whole words: "L4" must not match "L40S", nor "A10" match "A100"."""
+    for key in keys:
         if re.search(rf"(?<![A-Za-z0-9]){re.escape(key)}(?![A-Za-z0-9])", name, re.IGNORECASE):
-            if dtype != torch.float32:
-                return half
-            return tf32_peak if tf32 and tf32_peak else fp32
+            return key
     return None
 
 

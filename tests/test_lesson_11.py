@@ -51,8 +51,8 @@ def few_batches(step_hook=None, dtype=None, scaler=False):
         model = recipe_mod.make_model(lesson.tuned_recipe())
         opt = torch.optim.AdamW(model.parameters(), 0.01)
         grad_scaler = torch.amp.GradScaler("cpu", enabled=scaler)
-        x, y = lesson.decode_all(torch.utils.data.Subset(train_set, range(64)), device)
-        for xb, yb in lesson.device_batches(x, y, 32, torch.Generator().manual_seed(0)):
+        x, y = lesson.decode_all(train_set, device)  # every call decodes what it is given
+        for xb, yb in lesson.device_batches(x[:64], y[:64], 32, torch.Generator().manual_seed(0)):
             with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
                 loss = torch.nn.functional.cross_entropy(model(xb), yb)
             opt.zero_grad()
@@ -211,7 +211,7 @@ def fake_trained(per_step: float, steps: int = 8) -> recipe_mod.Trained:
 def test_ablation_interleaves_variants_segment_by_segment_and_reuses_known_runs(monkeypatch):
     order = []
 
-    def fake(recipe, dataset, seed, device, label, decoded=None):
+    def fake(recipe, dataset, seed, device, label, decoded=None, bar=None):
         for k in range(ablation_mod.SEGMENTS):
             order.append((label, seed, k))
             yield fake_trained(0.5 + seed)
@@ -229,6 +229,30 @@ def test_ablation_interleaves_variants_segment_by_segment_and_reuses_known_runs(
     assert ("baseline", 1, 0) in order and ("baseline", 0, 0) not in order
     summary = {s["variant"]: s for s in lesson.summarise(rows)}
     assert summary["baseline"]["runs"] == 2 and summary["tuned"]["clock"] == "cpu"
+
+
+def test_runs_given_a_shared_progress_bar_open_none_of_their_own(monkeypatch):
+    """The ablation's variants train interleaved: one bar for all, not one open per variant."""
+
+    class Shared:
+        n, postfix = 0, ""
+
+        def update(self, k=1):
+            self.n += k
+
+        def set_postfix_str(self, text, refresh=True):
+            self.postfix = text
+
+    def no_own_bar(*args, **kwargs):
+        raise AssertionError("a run given a shared bar opened its own")
+
+    monkeypatch.setattr(recipe_mod, "tqdm", no_own_bar)
+    recipe = dataclasses.replace(lesson.tuned_recipe(), epochs=1)
+    part = splits.small_subset(lesson.training_set(), 4, recipe.batch_size)
+    shared = Shared()
+    for _ in recipe_mod.training.__wrapped__(recipe, part, max_steps=4, bar=shared, label="v"):
+        pass
+    assert shared.n == 4 and shared.postfix == "v, step 4/4"
 
 
 def test_a_timing_run_is_projected_from_the_median_step_and_spread_over_its_segments():
@@ -284,7 +308,53 @@ def test_ablation_labels_say_what_was_put_back():
 
 def test_every_device_class_has_a_threshold_with_its_evidence():
     assert set(lesson.THRESHOLDS) == set(DEVICE_CLASSES)
-    assert all(t.value > 1 and t.evidence for t in lesson.THRESHOLDS.values())
+    everything = [*lesson.THRESHOLDS.values(), *capstone_checks.FULL_GPU.values()]
+    assert all(t.value > 1 and t.evidence for t in everything)
+
+
+@pytest.mark.parametrize(
+    "capability, quick, expected",
+    [
+        ((7, 5), False, 1.15),  # T4: fp16 tensor cores, full mode
+        ((7, 0), False, 1.15),  # V100
+        ((8, 0), False, 2.0),  # A100: bf16
+        ((9, 0), False, 2.0),  # H100
+        ((6, 0), False, None),  # P100: no tensor cores, the time part cannot show
+        ((7, 5), True, 2.0),  # quick mode: the baseline reaches the target, data-bound
+        ((6, 0), True, 2.0),
+    ],
+)
+def test_full_mode_on_a_gpu_asks_less_where_16_bit_math_buys_less(
+    monkeypatch, capability, quick, expected
+):
+    from course_utils import mode
+
+    monkeypatch.setattr(device_mod, "cuda_capability", lambda device=None: capability)
+    try:
+        mode.set_quick(quick)
+        threshold = lesson.time_threshold(torch.device("cuda"))
+    finally:
+        mode.set_quick(None)
+    assert (threshold and threshold.value) == expected
+    assert (
+        lesson.time_threshold(torch.device("cpu")) is lesson.THRESHOLDS[device_mod.device_class()]
+    )
+
+
+def test_by_estimate_the_reference_clears_each_gpus_bar_and_the_notebook_its_budget():
+    """Issue 15's budget (a T4 15 minutes, an A100/H100 3) and the full-mode thresholds,
+    against the run-time estimator's figures (scripts/capstone_estimates.py prints them)."""
+    from course_utils.lessons.capstone.selftest import full_mode_estimates
+
+    rows = {r["gpu"]: r for r in full_mode_estimates()}
+    assert rows["T4"]["budget_s"] == 900 and rows["A100"]["budget_s"] == 180
+    assert all(r["notebook_s"] <= r["budget_s"] for r in rows.values())
+    bars = capstone_checks.FULL_GPU
+    for gpu in ("T4", "V100"):
+        assert rows[gpu]["ratio"] >= bars["fp16"].value
+    for gpu in ("A100", "H100"):
+        assert rows[gpu]["ratio"] >= bars["bf16"].value
+    assert rows["T4"]["ratio"] < bars["bf16"].value  # why a T4 gets a bar of its own
 
 
 def test_device_batches_augment_on_the_device_and_keep_every_label():

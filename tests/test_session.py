@@ -37,9 +37,19 @@ def on(monkeypatch):
         (H100, "00", False),
         (CPU, "01", True),
         (H100, "11", False),
-        (A100, "11", True),
+        (A100, "11", False),
+        (T4, "11", False),
+        (CPU, "11", True),
     ],
-    ids=["t4-full", "h100-full", "cpu-quick", "capstone-on-h100-full", "capstone-on-a100-quick"],
+    ids=[
+        "t4-full",
+        "h100-full",
+        "cpu-quick",
+        "capstone-on-h100-full",
+        "capstone-on-a100-full",
+        "capstone-on-t4-full",
+        "capstone-on-cpu-quick",
+    ],
 )
 def test_auto_mode_runs_full_only_where_the_estimate_fits_the_budget(on, env, lesson, quick):
     on(env, lesson)

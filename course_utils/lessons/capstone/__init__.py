@@ -1,7 +1,7 @@
 """Lesson 11, the capstone: a speed-run to a target accuracy, its ablation, and a diagnosis."""
 
 from .ablate import ablation, describe, plot_ablation, summarise, timing_run, variants
-from .checks import PAIRS, THRESHOLDS, check_speedrun, pairs
+from .checks import PAIRS, THRESHOLDS, check_speedrun, pairs, time_threshold
 from .demo import baseline_loop, compare_airbench, mode_note, tuned_loop
 from .recipe import (
     Recipe,
@@ -26,6 +26,7 @@ __all__ = [
     "TARGET",
     "target",
     "THRESHOLDS",
+    "time_threshold",
     "Recipe",
     "Run",
     "ablation",

@@ -64,11 +64,16 @@ def variants(device=None) -> dict[str, Recipe]:
     return out
 
 
-def _timing(recipe: Recipe, dataset, seed: int, device, label: str, decoded=None):
+def _timed_steps(recipe: Recipe, n_train: int) -> int:
+    """The steps a timing run of `recipe` trains: warm-up, then SEGMENTS equal segments."""
+    per_epoch = n_train // recipe.batch_size
+    return WARMUP_STEPS + SEGMENTS * max(1, int(epochs_timed() * per_epoch) // SEGMENTS)
+
+
+def _timing(recipe: Recipe, dataset, seed: int, device, label: str, decoded=None, bar=None):
     """`recipe`'s first epochs_timed() epoch as a generator of SEGMENTS timed segments, after
     WARMUP_STEPS untimed ones."""
-    per_epoch = len(dataset) // recipe.batch_size
-    steps = SEGMENTS * max(1, int(epochs_timed() * per_epoch) // SEGMENTS)
+    steps = _timed_steps(recipe, len(dataset)) - WARMUP_STEPS
     return training(
         recipe,
         dataset,
@@ -80,6 +85,7 @@ def _timing(recipe: Recipe, dataset, seed: int, device, label: str, decoded=None
         decoded=decoded,
         label=label,
         leave=False,
+        bar=bar,
     )
 
 
@@ -97,14 +103,23 @@ def ablation(seeds: int = 1, device=None, known: dict[str, Run] | None = None) -
     `known`: runs already made (by variant name, timed as `train_recipe` times, seed 0),
     reused rather than repeated. `seeds` > 1: repeats, each seed's round after the last."""
     known, dataset, recipes = known or {}, training_set(), variants(device)
+    reusable = {n for n in recipes if _same(known.get(n), recipes[n])}  # seed 0 only
+    total = sum(
+        _timed_steps(recipes[n], len(dataset))
+        for seed in range(seeds)
+        for n in recipes
+        if not (seed == 0 and n in reusable)
+    )
     rows = []
-    with steady_cpu(1), tqdm(total=seeds * len(recipes), desc="ablation", unit="run") as bar:
+    # one bar for every variant's steps: they run interleaved, so one bar each would all be
+    # open at once; its postfix names the variant training now
+    with steady_cpu(1), tqdm(total=total, desc="ablation", unit="step") as bar:
         # decoded once, timed, and counted in the setup of every variant that decodes once
         shared = decode_timed(dataset, torch.device(device) if device else get_device())
         for seed in range(seeds):
             names = list(recipes) if seed % 2 == 0 else list(reversed(recipes))
-            reused = {n: known[n] for n in names if seed == 0 and _same(known.get(n), recipes[n])}
-            runs = {n: _timing(recipes[n], dataset, seed, device, n, shared) for n in names}
+            reused = {n: known[n] for n in names if seed == 0 and n in reusable}
+            runs = {n: _timing(recipes[n], dataset, seed, device, n, shared, bar) for n in names}
             last = {}
             for k in range(SEGMENTS):
                 for name in names if k % 2 == 0 else names[::-1]:
@@ -114,7 +129,6 @@ def ablation(seeds: int = 1, device=None, known: dict[str, Run] | None = None) -
                 runs[name].close()
                 run = reused.get(name) or as_run(recipes[name], last[name], len(dataset), device)
                 rows.append({"variant": name, "seed": seed, "seconds": run.seconds, "run": run})
-                bar.update()
     return rows
 
 

@@ -214,12 +214,14 @@ def training(
     decoded: Decoded | None = None,
     label: str = "training",
     leave: bool = True,
+    bar: tqdm | None = None,
 ) -> Iterator[Trained]:
     """`fit`, one segment at a time: yields the run after each timed segment, so that several
     recipes can be timed segment by segment, interleaved. The first `warmup_steps` steps are
     timed apart (`Trained.warmup`), outside the rate: the first steps pay one-time costs.
     `decoded`: the data set already decoded on the device by `decode_timed`; its measured
-    time counts as this run's setup (the same work, done once for several runs)."""
+    time counts as this run's setup (the same work, done once for several runs). `bar`: a
+    progress bar shared by several runs (the ablation's one), else the run opens its own."""
     device = torch.device(device) if device is not None else get_device()
     epochs = recipe.epochs if epochs is None else epochs
     torch.manual_seed(seed)
@@ -251,7 +253,9 @@ def training(
     total = (
         epochs * steps_per_epoch if max_steps is None else min(max_steps, epochs * steps_per_epoch)
     )
-    bar = tqdm(total=total, desc=label, unit="step", leave=leave)
+    own_bar = bar is None
+    if own_bar:
+        bar = tqdm(total=total, desc=label, unit="step", leave=leave)
     mark = [time.perf_counter(), time.process_time(), 0]  # segment start: wall, CPU, steps
 
     def close_segment() -> None:
@@ -294,6 +298,8 @@ def training(
                     loss.item()  # the habit lesson 10 removes: a host-device sync per step
                 run.steps += 1
                 bar.update()
+                if not own_bar:
+                    bar.set_postfix_str(f"{label}, step {run.steps}/{total}", refresh=False)
                 if segment_full():
                     warming = bool(warmup_steps) and run.warmup is None
                     close_segment()
@@ -307,11 +313,14 @@ def training(
                 close_segment()
                 yield run
                 restart_clocks()
-            bar.set_postfix_str(f"epoch {epoch}/{epochs}, train acc {float(correct) / seen:.1%}")
+            if own_bar:
+                acc = float(correct) / seen
+                bar.set_postfix_str(f"epoch {epoch}/{epochs}, train acc {acc:.1%}")
             if run.steps == total:
                 break
     finally:  # also when a consumer stops early (`close()` on the generator)
-        bar.close()
+        if own_bar:
+            bar.close()
 
 
 @dataclass

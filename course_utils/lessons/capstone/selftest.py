@@ -12,30 +12,80 @@ from .splits import training_set
 
 # FLOPs by FlopCounterMode: one training step (forward + backward) of ResNet-9(64) at batch
 # 512: 1,163.3 GFLOP, at batch 32: 72.7; SmallCNN(16) at batch 32: 0.51. Forward of one test
-# image: ResNet-9 0.759, SmallCNN 0.0056. Host CPU seconds per image on the 2-vCPU EPYC (load
-# 10-13, so on the slow side): 0.48 ms decoded and augmented by the newcomer's DataLoader,
-# 0.10 ms by decode_all.
+# image: ResNet-9 0.759, SmallCNN 0.0056. Host CPU seconds per image, measured on an idle
+# 2-core Xeon (cpu-bf16) with one torch thread, median of 5 passes over 2,500 offline JPEGs
+# (0.28-0.32 and 0.11-0.15 ms): 0.31 ms decoded and augmented by the newcomer's DataLoader,
+# 0.12 ms by decode_all. CIFAR-10's items are arrays, not JPEGs: cheaper, so on the safe side.
 STEP_GFLOP = {"resnet9-512": 1_163.3, "resnet9-32": 72.7, "smallcnn-32": 0.51}
-AUGMENT_MS, DECODE_MS = 0.48, 0.10
+AUGMENT_MS, DECODE_MS = 0.31, 0.12
+FULL_TRAIN, FULL_STEPS_512, FULL_STEPS_32 = 50_000, 97, 1_562
+BASELINE_TRAINED_EPOCHS = 1  # the notebook's baseline cell, full mode: cu.pick(full=1)
 
 
 def _full() -> Cost:
     """Full mode: 50,000 training and 10,000 test images; 97 steps per epoch at batch 512,
-    1,562 at 32. The baseline once (2 epochs trained, projected to its 5), the check's one
+    1,562 at 32. The baseline once (1 epoch trained, projected to its 5), the check's one
     pair (the learner's 16 epochs, the baseline's half epoch), the ablation (7 variants at
     3 + 48 steps, the batch-32 one at 3 + 780, the baseline reused), cu.diagnose twice."""
     big, small = STEP_GFLOP["resnet9-512"], STEP_GFLOP["resnet9-32"]
     evals = 2 * 10_000 * 0.759  # the baseline's and the check's held-out accuracy, fp32
-    demo, check_base, warm = 2 * 1_562, 780, 3
+    demo, check_base, warm = BASELINE_TRAINED_EPOCHS * FULL_STEPS_32, 780, 3
     ablation_big, ablation_small = 7 * 51, 783  # one of the 7 (float32) runs without autocast
     diagnose = 200  # steps, both loops, probes included (estimated from quick mode's 12 + 12)
     fp32 = (demo + check_base + warm) * small + 51 * big + evals + 100 * small
-    amp = (16 * 97 + warm) * big + 6 * 51 * big + ablation_small * small + 100 * big
+    amp = (16 * FULL_STEPS_512 + warm) * big + 6 * 51 * big + ablation_small * small + 100 * big
     augmented = (demo + check_base) * 32 + 51 * 512 + 100 * 32
-    decoded = 3 * 50_000  # the learner's run, the ablation's shared decode, diagnose's
+    decoded = 3 * FULL_TRAIN  # the learner's run, the ablation's shared decode, diagnose's
     host = augmented * AUGMENT_MS / 1e3 + decoded * DECODE_MS / 1e3 + 25  # + start, data, CUDA
-    steps = demo + check_base + 2 * warm + 16 * 97 + ablation_big + ablation_small + diagnose
-    return Cost(gflop=fp32, steps=steps, host_s=host, amp_gflop=amp)
+    steps = demo + check_base + 2 * warm + 16 * FULL_STEPS_512 + ablation_big + ablation_small
+    return Cost(gflop=fp32, steps=steps + diagnose, host_s=host, amp_gflop=amp)
+
+
+def speedrun_costs(tensor_cores: bool = True) -> tuple[Cost, Cost]:
+    """Full mode: (the baseline's run as the check projects it, the reference's run). The
+    baseline: 5 epochs at batch 32 in fp32, every image decoded and augmented in the training
+    process; the reference: 16 epochs at batch 512, under autocast where there are tensor
+    cores, decoded once."""
+    base_steps, tuned_steps = 5 * FULL_STEPS_32, 16 * FULL_STEPS_512
+    base = Cost(
+        gflop=base_steps * STEP_GFLOP["resnet9-32"],
+        steps=base_steps,
+        host_s=base_steps * 32 * AUGMENT_MS / 1e3,
+    )
+    gflop = tuned_steps * STEP_GFLOP["resnet9-512"]
+    host = FULL_TRAIN * DECODE_MS / 1e3
+    tuned = (
+        Cost(0, tuned_steps, host, amp_gflop=gflop)
+        if tensor_cores
+        else Cost(gflop, tuned_steps, host)
+    )
+    return base, tuned
+
+
+def full_mode_estimates(gpus=("T4", "V100", "A100", "H100")) -> list[dict]:
+    """Per GPU (a host as fast as the reference's 2 vCPUs): the whole notebook's full-mode
+    seconds against its budget, and the reference's estimated time ratio against the
+    baseline (what the check's time part would read)."""
+    from ...device import GPU_PEAK_FLOPS
+    from ...selftest.estimate import budget_s, gpu_rates, seconds
+
+    rows = []
+    for gpu in gpus:
+        r = gpu_rates(gpu)
+        base, tuned = speedrun_costs(tensor_cores=GPU_PEAK_FLOPS[gpu][2] is not None)
+        env = {"device": "cuda", "device_name": gpu}
+        rows.append(
+            {
+                "gpu": gpu,
+                "notebook_s": seconds(COST.full, r),
+                "budget_s": budget_s(env, False, COST),
+                "baseline_s": seconds(base, r),
+                "reference_s": seconds(tuned, r),
+                "ratio": seconds(base, r) / seconds(tuned, r),
+                "rates": r.source,
+            }
+        )
+    return rows
 
 
 def _quick() -> Cost:

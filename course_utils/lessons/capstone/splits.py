@@ -1,5 +1,12 @@
 """The capstone's data: the training split a speed-run is handed, and the held-out split that
-only the check reads (guarded: learner code that touches it fails, naming it)."""
+only the check reads (guarded: learner code that touches it fails, naming it).
+
+The check hands each timed call the training split with its classes renamed (`Relabelled`)
+and judges the model against the test split renamed the same way. A model trained from
+scratch on what it was given learns the new names as easily as the old ones (the classes are
+only relabelled); one that learned from anything else (weights kept from an earlier training,
+images and labels decoded before the call, the notebook's own `train_set`) predicts the old
+names, and the check tells it apart by scoring both."""
 
 from __future__ import annotations
 
@@ -13,6 +20,9 @@ from ...checks import held_out
 from ...data import dataset_source, load_data, to_tensors
 from ...device import get_device
 from ...mode import pick
+
+NUM_CLASSES = 10  # CIFAR-10 and the offline set
+RAW_ARRAYS = ("data", "blobs")  # CIFAR10's uint8 images, the offline set's JPEG bytes
 
 
 def N_TRAIN() -> int | None:  # noqa: N802 - a size that follows the mode
@@ -31,19 +41,64 @@ def _held_out(source: str, n_test: int | None) -> tuple[torch.Tensor, torch.Tens
 
 
 @held_out
-def held_out_accuracy(model: nn.Module, device: torch.device | None = None) -> float:
-    """Top-1 accuracy on the test split (normalised float NCHW images), in eval mode."""
+def held_out_predictions(
+    model: nn.Module, device: torch.device | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's top-1 class for each test image (normalised float NCHW, eval mode), and
+    the true labels."""
     device = device or get_device()
     x, y = _held_out(dataset_source(), pick(quick=1_000, full=None))
     was_training = model.training
     model.eval()
-    correct = 0
     with torch.no_grad():
-        for i in range(0, len(x), 500):
-            out = model(x[i : i + 500].to(device))
-            correct += int((out.argmax(1).cpu() == y[i : i + 500]).sum())
+        predicted = torch.cat(
+            [model(x[i : i + 500].to(device)).argmax(1).cpu() for i in range(0, len(x), 500)]
+        )
     model.train(was_training)
-    return correct / len(x)
+    return predicted, y
+
+
+@held_out
+def held_out_accuracy(
+    model: nn.Module, device: torch.device | None = None, shift: int = 0
+) -> float:
+    """Top-1 accuracy on the test split; `shift`: with its classes renamed as `Relabelled`
+    renames the training split's."""
+    predicted, y = held_out_predictions.__wrapped__(model, device)
+    return float((predicted == (y + shift) % NUM_CLASSES).float().mean())
+
+
+class Relabelled(Dataset):
+    """The training split with every class renamed, label k read as (k + shift) mod 10: what
+    one timed call of a speed-run is given. Items, `targets` and `classes` follow the new
+    names; anything else (`data`, the raw images) is the source's, and reading a raw array
+    is counted in `raw_reads` (images read without `__getitem__`)."""
+
+    def __init__(self, source: Dataset, shift: int):
+        self._source, self.shift, self.raw_reads = source, shift, 0
+
+    def __len__(self) -> int:
+        return len(self._source)
+
+    def __getitem__(self, i: int):
+        image, label = self._source[i]
+        return image, (int(label) + self.shift) % NUM_CLASSES
+
+    @property
+    def targets(self) -> list[int]:
+        return [(int(t) + self.shift) % NUM_CLASSES for t in self._source.targets]
+
+    @property
+    def classes(self) -> list:
+        names = list(self._source.classes)
+        return [names[(k - self.shift) % NUM_CLASSES] for k in range(NUM_CLASSES)]
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):  # unpickling (DataLoader workers) asks before _source is set
+            raise AttributeError(name)
+        if name in RAW_ARRAYS:
+            self.raw_reads += 1
+        return getattr(self._source, name)
 
 
 def small_subset(dataset: Dataset, batches: int, batch_size: int) -> Dataset:

@@ -7,17 +7,22 @@ call it watches, well under a second per run.
   built during that call: a model kept from an earlier call, or a deepcopy of one (copying
   calls no `__init__`), was not.
 - `data_reads`: which training images the call read (the data set's `__getitem__`), and the
-  test split guarded: reading any of its images fails, as `held_out_accuracy` does.
+  test split guarded: reading any of its images fails, as `held_out_accuracy` does. DataLoader
+  workers are watched too: a forked worker reports to a file (its memory is gone when it
+  exits), and a data set sent to a spawned worker is pickled here, where it is seen.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch.utils.data import DataLoader
 
 from ... import checks as harness
 from ...data import OfflineImages
@@ -28,21 +33,28 @@ TEST_SPLIT = "cu.load_data().test"  # how the guard names the test split when it
 
 @contextlib.contextmanager
 def module_births() -> Iterator[set[int]]:
-    """The ids of the nn.Modules constructed while the block runs. An id names one object for
-    as long as it lives: a module alive before the block can never share an id with one born
-    in it, so `stale(model, born)` cannot mistake an old model for a new one."""
+    """The ids of the nn.Modules constructed while the block runs, by `__init__` or as a copy
+    (`copy.deepcopy` and unpickling call `__setstate__`, not `__init__`: keeping the best
+    epoch's model, torch's AveragedModel). An id names one object for as long as it lives: a
+    module alive before the block can never share an id with one born in it, so `stale(model,
+    born)` cannot mistake an old model for a new one. A copy's weights may still come from
+    before the block: `weight_sources` sees that."""
     born: set[int] = set()
-    init = nn.Module.__init__
+    init, setstate = nn.Module.__init__, nn.Module.__setstate__
 
     def watched_init(self, *args, **kwargs):
         born.add(id(self))
         return init(self, *args, **kwargs)
 
-    nn.Module.__init__ = watched_init
+    def watched_setstate(self, state):
+        born.add(id(self))
+        return setstate(self, state)
+
+    nn.Module.__init__, nn.Module.__setstate__ = watched_init, watched_setstate
     try:
         yield born
     finally:
-        nn.Module.__init__ = init
+        nn.Module.__init__, nn.Module.__setstate__ = init, setstate
 
 
 def stale(model: nn.Module, born: set[int]) -> list[str]:
@@ -50,11 +62,142 @@ def stale(model: nn.Module, born: set[int]) -> list[str]:
     return [name or "the model" for name, m in model.named_modules() if id(m) not in born]
 
 
+def _storage(t: torch.Tensor) -> int:
+    """The address of a tensor's storage (0 where it has none: meta, wrapper subclasses)."""
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return 0
+
+
+@dataclass
+class Sources:
+    """Where weights came from during one call: the tensors alive before it, and the storages
+    that received their values in the call, by channel. Every tensor named here is held until
+    the call ends, so its memory cannot be reused by a new tensor and mistaken for it."""
+
+    before: list[torch.Tensor]
+    started: float
+    ids: set[int] = field(default_factory=set)
+    storages: set[int] = field(default_factory=set)
+    received: dict[int, str] = field(default_factory=dict)  # storage -> how
+
+    def old(self, t) -> bool:
+        if not isinstance(t, torch.Tensor):
+            return False
+        where = _storage(t)
+        return id(t) in self.ids or (where != 0 and where in self.storages)
+
+    def receive(self, t: torch.Tensor, how: str) -> None:
+        """`t` now holds values from before the call, brought in as `how` says."""
+        self.before.append(t)
+        if where := _storage(t):
+            self.received[where] = how
+
+    def adopt(self, obj, how: str) -> None:
+        """Count the tensors in `obj` (a state dict, a model, a list) as from before."""
+        if isinstance(obj, torch.Tensor):
+            self.ids.add(id(obj))
+            self.storages.add(_storage(obj) or -1)
+            self.receive(obj, how)
+        elif isinstance(obj, dict):
+            for v in obj.values():
+                self.adopt(v, how)
+        elif isinstance(obj, list | tuple):
+            for v in obj:
+                self.adopt(v, how)
+        elif isinstance(obj, nn.Module):
+            self.adopt(list(obj.state_dict(keep_vars=True).values()), how)
+
+    def from_before(self, model: nn.Module) -> dict[str, str]:
+        """The returned model's weights (parameters and buffers) that hold values from before
+        the call: name -> how they got there."""
+        out = {}
+        for name, t in model.state_dict(keep_vars=True).items():
+            where = _storage(t)
+            if not where:
+                continue
+            if where in self.received:
+                out[name] = self.received[where]
+            elif id(t) in self.ids or where in self.storages:
+                out[name] = "the same tensors as before the call"
+        return out
+
+
+@contextlib.contextmanager
+def weight_sources() -> Iterator[Sources]:
+    """Which tensors existed when the block started, and which storages received their values
+    while it ran: copied in (`Tensor.copy_`, as `load_state_dict` does), deep-copied
+    (`copy.deepcopy` of a model or state dict) or loaded (`torch.load` of a file or buffer
+    that `torch.save` did not write during the block). A speed-run's returned model may hold
+    none of them."""
+    import gc
+    import time
+    import warnings
+
+    with warnings.catch_warnings():  # some lazily imported objects warn when their type is read
+        warnings.simplefilter("ignore")
+        before = [o for o in gc.get_objects() if issubclass(type(o), torch.Tensor)]
+    sources = Sources(before, time.time(), {id(t) for t in before})
+    sources.storages = {w for w in map(_storage, before) if w}
+    copy_ = torch.Tensor.copy_
+    deepcopies = {cls: cls.__dict__["__deepcopy__"] for cls in (torch.Tensor, nn.Parameter)}
+    load, save = torch.load, torch.save
+    saved: set = set()  # paths and file objects torch.save wrote during the block
+
+    def passed_on(src: torch.Tensor, how: str) -> str:
+        earlier = sources.received.get(_storage(src))
+        return f"{earlier}, then {how}" if earlier else how
+
+    def copy_watched(self, src, *args, **kwargs):
+        if sources.old(src):
+            sources.receive(self, passed_on(src, "copied in (load_state_dict or Tensor.copy_)"))
+        return copy_(self, src, *args, **kwargs)
+
+    def deepcopy_watched(cls):
+        def watched(self, memo):
+            out = deepcopies[cls](self, memo)
+            if sources.old(self):
+                sources.receive(out, passed_on(self, "deep copies (copy.deepcopy)"))
+            return out
+
+        return watched
+
+    def key(f):
+        return os.path.abspath(f) if isinstance(f, str | os.PathLike) else id(f)
+
+    def save_watched(obj, f, *args, **kwargs):
+        saved.add(key(f))
+        return save(obj, f, *args, **kwargs)
+
+    def load_watched(f, *args, **kwargs):
+        out = load(f, *args, **kwargs)
+        if key(f) not in saved:  # a file or buffer from before the block, or made from one
+            name = os.fspath(f) if isinstance(f, str | os.PathLike) else type(f).__name__
+            sources.adopt(out, f"loaded with torch.load from {name}, not saved during the call")
+        return out
+
+    torch.Tensor.copy_, torch.load, torch.save = copy_watched, load_watched, save_watched
+    for cls in deepcopies:
+        cls.__deepcopy__ = deepcopy_watched(cls)
+    try:
+        yield sources
+    finally:
+        del torch.Tensor.copy_  # TensorBase's again
+        torch.load, torch.save = load, save
+        for cls, original in deepcopies.items():
+            cls.__deepcopy__ = original
+        sources.before.clear()
+
+
 @dataclass
 class Reads:
-    """Training images read during one call: distinct (data set, index) pairs."""
+    """Training images read during one call: distinct (data set, index) pairs, in this
+    process and its forked DataLoader workers; `sent`: training sets pickled (to spawned
+    workers, whose reads cannot be counted here)."""
 
     train: set[tuple[int, int]] = field(default_factory=set)
+    sent: int = 0
 
 
 def _dataset_classes() -> list[type]:
@@ -66,34 +209,116 @@ def _dataset_classes() -> list[type]:
     return classes
 
 
+class _WorkerLog:
+    """Where forked DataLoader workers write what they read: one line per read, appended."""
+
+    def __init__(self) -> None:
+        fd, self.path = tempfile.mkstemp(prefix="course-capstone-reads-")
+        os.close(fd)
+        self.parent, self._fds = os.getpid(), {}
+
+    def in_worker(self) -> bool:
+        return os.getpid() != self.parent
+
+    def write(self, line: str) -> None:
+        fd = self._fds.get(os.getpid())
+        if fd is None:
+            fd = self._fds[os.getpid()] = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        os.write(fd, (line + "\n").encode())
+
+    def lines(self) -> list[str]:
+        with open(self.path) as f:
+            return f.read().splitlines()
+
+    def remove(self) -> None:
+        with contextlib.suppress(OSError):
+            os.remove(self.path)
+
+
 @contextlib.contextmanager
 def data_reads() -> Iterator[Reads]:
     """Counts the training images read while the block runs and guards the test split: an
     item of a test split read by the learner's code raises HeldOutUsed (recorded in
-    `held_out_reads`, in case the learner's code catches it). Both data sources are covered
-    (the offline set and torchvision's CIFAR10), however they were reached."""
-    reads = Reads()
-    originals = {cls: cls.__getitem__ for cls in _dataset_classes()}
+    `held_out_reads`, in case the learner's code catches it), and so does sending a test split
+    to a spawned DataLoader worker. Both data sources are covered (the offline set and
+    torchvision's CIFAR10), however they were reached."""
+    reads, log = Reads(), _WorkerLog()
+    classes = _dataset_classes()
+    getitems = {cls: cls.__getitem__ for cls in classes}
+    reducers = {cls: cls.__dict__.get("__reduce_ex__") for cls in classes}  # None: object's
+
+    def held_out_read(what: str):
+        harness.held_out_reads.append(what)
+        if log.in_worker():
+            log.write(f"held-out {what}")
+        raise HeldOutUsed(TEST_SPLIT)
 
     def watched(getitem):
         def getitem_watched(self, index):
             if not getattr(self, "train", True):
                 if harness._learner_depth > 0:
-                    harness.held_out_reads.append(TEST_SPLIT)
-                    raise HeldOutUsed(TEST_SPLIT)
+                    held_out_read(TEST_SPLIT)
+            elif log.in_worker():
+                log.write(f"read {id(self)} {int(index)}")
             else:
                 reads.train.add((id(self), int(index)))
             return getitem(self, index)
 
         return getitem_watched
 
-    for cls, getitem in originals.items():
+    def reduce_watched(self, protocol):
+        if harness._learner_depth > 0 and not log.in_worker():
+            if not getattr(self, "train", True):
+                held_out_read(f"{TEST_SPLIT}, sent to a DataLoader worker")
+            reads.sent += 1
+        own = next((reducers[c] for c in type(self).__mro__ if reducers.get(c)), None)
+        return (own or object.__reduce_ex__)(self, protocol)
+
+    loader_iter = DataLoader.__iter__
+
+    def iter_watched(self):
+        if harness._learner_depth > 0 and _holds_test_split(self.dataset, classes):
+            held_out_read(f"{TEST_SPLIT}, through a DataLoader")
+        return loader_iter(self)
+
+    DataLoader.__iter__ = iter_watched
+    for cls, getitem in getitems.items():
         cls.__getitem__ = watched(getitem)
+        cls.__reduce_ex__ = reduce_watched
     try:
         yield reads
     finally:
-        for cls, getitem in originals.items():
+        DataLoader.__iter__ = loader_iter
+        for cls, getitem in getitems.items():
             cls.__getitem__ = getitem
+            if reducers[cls] is None:
+                del cls.__reduce_ex__
+            else:
+                cls.__reduce_ex__ = reducers[cls]
+        for line in log.lines():
+            kind, _, rest = line.partition(" ")
+            if kind == "read":
+                data_set, index = rest.split()
+                reads.train.add((int(data_set), int(index)))
+            elif kind == "held-out":
+                harness.held_out_reads.append(rest)
+        log.remove()
+
+
+def _holds_test_split(obj, classes: list[type], depth: int = 4) -> bool:
+    """Whether a data set is, or wraps (Subset, ConcatDataset, the learner's own wrapper, a few
+    levels down its attributes), a test split. A loader's workers may have started before
+    the check (persistent_workers), out of the guard's reach: its iteration is not."""
+    if isinstance(obj, tuple(classes)):
+        return not getattr(obj, "train", True)
+    if depth == 0:
+        return False
+    if isinstance(obj, list | tuple):
+        return any(_holds_test_split(v, classes, depth - 1) for v in obj[:16])
+    if isinstance(obj, torch.utils.data.Dataset):
+        inner = getattr(obj, "__dict__", {}).values()
+        return any(_holds_test_split(v, classes, depth - 1) for v in inner)
+    return False
 
 
 def float32_refused(model: nn.Module, device: torch.device) -> str | None:
