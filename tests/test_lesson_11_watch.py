@@ -3,7 +3,7 @@ splits.Relabelled). A model built before the call, the test split read through t
 module (in DataLoader workers too), decoded images kept from an earlier call or prepared
 before the first, a model that learned other labels than its call was given, and a bf16
 model each fail naming it; a fresh model, also compiled or in channels_last, passes the
-probe. Only the fixture `trained_before` trains to the end (4 epochs, once)."""
+probe. Only the fixture `trained_before` trains to the end (5 epochs, once)."""
 
 from __future__ import annotations
 
@@ -195,7 +195,7 @@ def test_a_bf16_model_fails_saying_it_must_take_float32_images():
 
 @pytest.fixture(scope="module")
 def trained_before():
-    """A model trained (4 epochs, tuned recipe) before the check, as a learner's earlier run
+    """A model trained (5 epochs, tuned recipe) before the check, as a learner's earlier run
     of the cell would have: it scores well above 50% under the usual class names."""
     return recipe_mod.fit.__wrapped__(lesson.tuned_recipe(), lesson.training_set(), leave=False)
 

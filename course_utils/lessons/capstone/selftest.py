@@ -90,9 +90,9 @@ def full_mode_estimates(gpus=("T4", "V100", "A100", "H100")) -> list[dict]:
 
 def _quick() -> Cost:
     """Quick mode: 2,500 offline training images, 78 steps per epoch at batch 32, SmallCNN;
-    baseline 8 epochs, the check's 3 pairs (4 + half of 1 epoch), 6 variants at 3 + 76 steps."""
+    baseline 8 epochs, the check's 3 pairs (5 + half of 1 epoch), 6 variants at 3 + 76 steps."""
     step = STEP_GFLOP["smallcnn-32"]
-    amp_steps = 3 * 4 * 78 + 5 * 79 + 3  # the tuned runs autocast (bf16 on cpu-bf16)
+    amp_steps = 3 * 5 * 78 + 5 * 79 + 3  # the tuned runs autocast (bf16 on cpu-bf16)
     fp32_steps = 8 * 78 + 3 * 40 + 79 + 3 + 100
     augmented = (8 * 78 + 3 * 40 + 79) * 32
     host = augmented * AUGMENT_MS / 1e3 + 10 * 2_500 * DECODE_MS / 1e3 + 10
