@@ -75,12 +75,11 @@ THRESHOLDS = {
     "cpu": Threshold(1.5, "the cpu-bf16 margin; the reference runs fp32 here (no bf16 gain)"),
     "cpu-bf16": Threshold(
         1.5,
-        "reference, quick mode, offline data (docs/results/capstone-check-under-load.md), full "
-        "baseline epoch per pair, 2-core Xeon: idle 3/3 passed, median 3.95x (3.68-4.06); beside "
-        "1 spinning process 10/10, 3.85x (3.68-4.02); beside 2, 5/5, 3.71x (3.61-3.88). Half a "
-        "baseline epoch per pair, 2-core EPYC at load 9-13 plus 1 spinning process: 3/3, 3.70x "
-        "(3.65-3.84). Wall clock with 2 threads had read 1.08-12x; the unchanged baseline reads "
-        "about 1x (test_lesson_11)",
+        "reference, quick mode, offline data, classes renamed per call, 2-core Xeon "
+        "(docs/results/capstone-check-under-load.md, 2026-12-02): idle 5/5 passed, median "
+        "3.34x (3.24-3.38); beside 1 spinning process 10/10, 3.32x (3.26-3.37); beside 2, "
+        "5/5, 3.33x (3.22-3.39). Wall clock with 2 threads had read 1.08-12x for the same "
+        "answer; the unchanged baseline reads about 1x (test_lesson_11)",
         measured_on=("cpu-bf16",),
     ),
     "mps": Threshold(1.5, "not measured on MPS; the CPU margin"),
