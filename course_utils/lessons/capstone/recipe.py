@@ -88,10 +88,11 @@ def tuned_recipe(device: torch.device | None = None) -> Recipe:
     # Quick mode (a CPU), held-out accuracy, n=1 each, 1 thread: batch 64 (lr 0.03) 55% after
     # 3 epochs, 91% after 5; batch 32 (lr 0.02) 71% after 3, 89% after 4. The check renames
     # the classes per call, which moves the result as a new seed would: over the 10 renamings
-    # (2-core Xeon, cpu-bf16, seed 0) 4 epochs read 82.7-94.1% (median 85.1%), 5 epochs
-    # 92.5-97.5% (median 96.2%), so 5, 2.5 points of margin being too few. A CPU's time per
-    # image is flat in the batch here (4.1 s CPU at 32 and 4.2 s at 64 for 7,500 images), so
-    # the smaller batch's extra steps are free: batch 32 on a CPU, 512 on a GPU (lesson 02).
+    # (2-core Xeon, cpu-bf16, seed 0; scripts/capstone_measure.py renamings 4 5) 4 epochs read
+    # 82.7-94.1% (median 85.1%), 5 epochs 92.5-97.5% (median 96.2%): 5, as 2.7 points of
+    # margin were too few. A CPU's time per image is flat in the batch here (4.1 s CPU at 32
+    # and 4.2 s at 64 for 7,500 images), so the smaller batch's extra steps are free: batch 32
+    # on a CPU, 512 on a GPU (lesson 02).
     amp = cls in ("cuda-tensorcore", "cpu-bf16")
     return Recipe(
         epochs=pick(quick=5, full=16),

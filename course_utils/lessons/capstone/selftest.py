@@ -14,7 +14,7 @@ from .splits import training_set
 # 512: 1,163.3 GFLOP, at batch 32: 72.7; SmallCNN(16) at batch 32: 0.51. Forward of one test
 # image: ResNet-9 0.759, SmallCNN 0.0056. Host CPU seconds per image, measured on an idle
 # 2-core Xeon (cpu-bf16) with one torch thread, median of 5 passes over 2,500 offline JPEGs
-# (0.28-0.32 and 0.11-0.15 ms): 0.31 ms decoded and augmented by the newcomer's DataLoader,
+# (0.28-0.32 and 0.11-0.15 ms; scripts/capstone_measure.py decode): 0.31 ms decoded and augmented by the newcomer's DataLoader,
 # 0.12 ms by decode_all. CIFAR-10's items are arrays, not JPEGs: cheaper, so on the safe side.
 STEP_GFLOP = {"resnet9-512": 1_163.3, "resnet9-32": 72.7, "smallcnn-32": 0.51}
 AUGMENT_MS, DECODE_MS = 0.31, 0.12
