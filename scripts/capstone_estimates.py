@@ -16,14 +16,7 @@ import datetime
 
 import torch
 
-from course_utils.device import GPU_PEAK_FLOPS
-from course_utils.lessons.capstone.checks import FULL_GPU
 from course_utils.lessons.capstone.selftest import full_mode_estimates
-
-
-def bar_for(gpu: str) -> str:
-    fp16_only = GPU_PEAK_FLOPS[gpu][1] is None  # no TF32: a pre-Ampere tensor-core GPU
-    return "fp16" if fp16_only else "bf16"
 
 
 def main() -> None:
@@ -38,7 +31,7 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|")
     for r in full_mode_estimates():
-        bar = FULL_GPU[bar_for(r["gpu"])].value
+        bar = r["bar"].value
         print(
             f"| {r['gpu']} | {r['notebook_s']:.0f} | {r['budget_s']:.0f} | {r['baseline_s']:.0f} "
             f"| {r['reference_s']:.0f} | {r['ratio']:.2f}x | {bar}x |"

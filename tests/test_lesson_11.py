@@ -21,7 +21,7 @@ from course_utils.lessons import capstone as lesson
 from course_utils.lessons.capstone import ablate as ablation_mod
 from course_utils.lessons.capstone import checks as capstone_checks
 from course_utils.lessons.capstone import recipe as recipe_mod
-from course_utils.lessons.capstone import splits
+from course_utils.lessons.capstone import splits, watch
 
 pytestmark = pytest.mark.timeout(600)
 unguarded_fit = lesson.fit.__wrapped__
@@ -127,7 +127,7 @@ def test_on_a_t4_class_gpu_the_tuned_recipe_autocasts_fp16_through_a_scaler(monk
     monkeypatch.setattr(recipe_mod, "amp_dtype", lambda device=None: torch.float16)
     tuned = dataclasses.replace(lesson.tuned_recipe(t4), channels_last=False)
     part = splits.small_subset(lesson.training_set(), 1, tuned.batch_size)
-    with capstone_checks.precision_watch() as seen:
+    with watch.precision_watch() as seen:
         unguarded_fit(tuned, part, epochs=1, leave=False)
     assert seen == {"fp16": 1, "scaled": 1}
 
@@ -350,10 +350,9 @@ def test_by_estimate_the_reference_clears_each_gpus_bar_and_the_notebook_its_bud
     assert rows["T4"]["budget_s"] == 900 and rows["A100"]["budget_s"] == 180
     assert all(r["notebook_s"] <= r["budget_s"] for r in rows.values())
     bars = capstone_checks.FULL_GPU
-    for gpu in ("T4", "V100"):
-        assert rows[gpu]["ratio"] >= bars["fp16"].value
-    for gpu in ("A100", "H100"):
-        assert rows[gpu]["ratio"] >= bars["bf16"].value
+    assert rows["T4"]["bar"] is rows["V100"]["bar"] is bars["fp16"]
+    assert rows["A100"]["bar"] is rows["H100"]["bar"] is bars["bf16"]
+    assert all(r["ratio"] >= r["bar"].value for r in rows.values())
     assert rows["T4"]["ratio"] < bars["bf16"].value  # why a T4 gets a bar of its own
 
 

@@ -20,7 +20,7 @@ from course_utils import checks as harness
 from course_utils.lessons import capstone as lesson
 from course_utils.lessons.capstone import checks as capstone_checks
 from course_utils.lessons.capstone import recipe as recipe_mod
-from course_utils.lessons.capstone import splits, watch
+from course_utils.lessons.capstone import rules, splits, watch
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -323,7 +323,7 @@ def test_accuracy_is_the_median_of_every_timed_runs_model(two_calls, monkeypatch
         score = next(scores)
         return [score] * 10  # the same under every renaming: no labels verdict
 
-    monkeypatch.setattr(capstone_checks, "_scores", fake_scores)
+    monkeypatch.setattr(rules, "scores", fake_scores)
     error = failure(lesson.check_speedrun, few_batches())
     assert "median of your 3 timed runs' models scores 30.0% (90.0%, 30.0%, 20.0%)" in (
         error.summary

@@ -15,18 +15,17 @@ same answer, timed on the wall clock with two threads). A run that leaves child 
 running (persistent DataLoader workers), whose work CPU seconds would miss, is timed on the
 wall clock instead.
 
-Each call of the learner's run is watched (watch.py): the model it returns must be built during
-that call, and hold no weights from before it (every call trains from scratch: load_state_dict,
-copy.deepcopy and torch.load of earlier weights are seen), its test-split reads fail as `held_out_accuracy`'s
-do (in DataLoader workers too), a call that read no training image prepared its images before
-it, and a later call that reads under half the training images the first one read kept its
-decoded images from an earlier call: both take data preparation out of the time. Each call is
-given the training split with its classes renamed (splits.Relabelled, a different renaming
-per call) and its model is scored on the test split under every renaming: one that scores
-under another renaming than its call's learned from other data than it was given. Accuracy
-is the median over the timed runs' models, so no run can be trained less than the first. The probes
-cost about 10 ms per call (2,500 images, measured in CPU seconds beside a plain decode), and
-one pass over the test split.
+Each call of the learner's run is watched (watch.py) and judged by rules.py before it is
+timed: the model it returns must be built during that call and hold no weights from before
+it (load_state_dict, copy.deepcopy and torch.load of earlier weights are seen); its
+test-split reads fail as `held_out_accuracy`'s do (in DataLoader workers too); it must read
+its training images (a later call reading under half the first one's kept them from an
+earlier call). Each call is given the training split with its classes renamed
+(splits.Relabelled, a different renaming per call) and its model is scored on the test split
+under every renaming: one that scores better under another renaming learned from other data
+than it was given. Accuracy is the median over the timed runs' models, so no run can train
+less than the first. The probes cost about 10 ms per call (2,500 images, measured in CPU
+seconds beside a plain decode), a ~50 ms tensor census and one pass over the test split.
 """
 
 from __future__ import annotations
@@ -35,8 +34,6 @@ import contextlib
 import multiprocessing
 import statistics
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -48,9 +45,10 @@ from ...device import amp_dtype, device_class, get_device, synchronize
 from ...errors import HeldOutUsed
 from ...measure import steady_cpu
 from ...mode import pick
+from . import rules
 from .recipe import baseline, fit, target, tuned_recipe
-from .splits import NUM_CLASSES, Relabelled, held_out_predictions, small_subset, training_set
-from .watch import data_reads, float32_refused, module_births, stale, weight_sources
+from .splits import Relabelled, small_subset, training_set
+from .watch import data_reads, module_births, precision_watch, stale, weight_sources
 
 # Odd, so the median is one measured pair. Quick mode (a CPU, often shared): 3, the count
 # the load evidence below was measured with. Full mode: 1. On a GPU the learner's run is
@@ -132,31 +130,6 @@ def time_threshold(device: torch.device | None = None) -> Threshold | None:
     return FULL_GPU["fp16" if amp_dtype(device) == torch.float16 else "bf16"]
 
 
-@contextlib.contextmanager
-def precision_watch() -> Iterator[dict[str, int]]:
-    """Counts fp16 autocast regions entered and losses scaled by an enabled GradScaler, for
-    as long as the block runs (torch's classes patched, then put back)."""
-    seen = {"fp16": 0, "scaled": 0}
-    autocast_cls, scaler_cls = torch.amp.autocast_mode.autocast, torch.amp.GradScaler
-    enter, scale = autocast_cls.__enter__, scaler_cls.scale
-
-    def watched_enter(self):
-        if self._enabled and self.fast_dtype == torch.float16:
-            seen["fp16"] += 1
-        return enter(self)
-
-    def watched_scale(self, outputs):
-        if self.is_enabled():
-            seen["scaled"] += 1
-        return scale(self, outputs)
-
-    autocast_cls.__enter__, scaler_cls.scale = watched_enter, watched_scale
-    try:
-        yield seen
-    finally:
-        autocast_cls.__enter__, scaler_cls.scale = enter, scale
-
-
 def cpu_seconds() -> float:
     """CPU seconds of this process (all threads) and of its child processes that finished."""
     try:
@@ -167,21 +140,7 @@ def cpu_seconds() -> float:
     return time.process_time() + kids.ru_utime + kids.ru_stime
 
 
-@dataclass
-class LearnerRun:
-    """One timed call of the learner's speed-run and what was watched during it."""
-
-    wall: float
-    cpu: float | None  # None where CPU seconds would not be the whole run
-    model: object
-    seen: dict[str, int]  # fp16 regions and scaled losses (precision_watch)
-    stale: list[str]  # modules of the returned model built before the call
-    images_read: int  # distinct training images read (the data set's __getitem__)
-    raw_reads: int = 0  # raw image arrays read (train_set.data) or sent to DataLoader workers
-    from_before: dict[str, str] = field(default_factory=dict)  # weights with earlier values
-
-
-def _learner_run(speedrun, dataset) -> LearnerRun:
+def _learner_run(speedrun, dataset) -> rules.LearnerRun:
     """The learner's whole run, synchronised, its precision, module constructions, weight
     sources and data reads watched, held-out reads caught (the test split's images
     included). The watches start before the clocks: the tensor census costs ~50 ms."""
@@ -208,7 +167,7 @@ def _learner_run(speedrun, dataset) -> LearnerRun:
     old = stale(model, born) if isinstance(model, nn.Module) else []
     raw = getattr(dataset, "raw_reads", 0) + reads.sent
     clock = cpu if on_cpu_clock else None
-    return LearnerRun(wall, clock, model, seen, old, len(reads.train), raw, earlier)
+    return rules.LearnerRun(wall, clock, model, seen, old, len(reads.train), raw, earlier)
 
 
 def _baseline_seconds(dataset, seed: int) -> tuple[float, float]:
@@ -238,139 +197,6 @@ def _warm_up(dataset) -> None:
         fit(recipe, part, epochs=1, label="warm-up", leave=False)
 
 
-def _rules(run: LearnerRun) -> list:
-    """What the first run must satisfy before it is worth timing; failing parts, or none."""
-    model, seen = run.model, run.seen
-    if not isinstance(model, nn.Module):
-        what = f"speedrun returned {type(model).__name__}, expected the trained nn.Module"
-        return [correct("model", False, what)]
-    if seen["fp16"] and not seen["scaled"]:
-        return [
-            correct(
-                "fp16 needs a GradScaler",
-                False,
-                f"your run autocast to float16 {seen['fp16']} time(s) and never scaled a loss: "
-                "fp16 flushes small gradients to zero, so train through "
-                "torch.amp.GradScaler (scaler.scale(loss).backward(); scaler.step(opt); "
-                "scaler.update()), as lesson 04 does; bf16 needs none",
-            )
-        ]
-    if refused := float32_refused(model, get_device()):
-        return [
-            correct(
-                "takes float32 images",
-                False,
-                f"the model you returned holds {refused}. The returned model must take "
-                "float32 images, as it is judged on them: cast it back (model.float()) before "
-                "returning it, or keep float32 weights and autocast the compute (lesson 04)",
-            )
-        ]
-    return _fresh(run, 0) or _own_weights(run, 0)
-
-
-def _fresh(run: LearnerRun, i: int) -> list:
-    """Every call must build its model: failing parts, or none."""
-    if not run.stale:
-        return []
-    what = (
-        "the model you returned was"
-        if "the model" in run.stale
-        else f"parts of the model you returned ({', '.join(run.stale[:3])}) were"
-    )
-    return [
-        correct(
-            "trained from scratch",
-            False,
-            f"{what} built before this call (run {i + 1}): a speed-run must build and train a "
-            "fresh model every time, as the check times each call; a model kept, or copied, "
-            "from an earlier run (or built outside speedrun) brings its training along",
-        )
-    ]
-
-
-def _own_weights(run: LearnerRun, i: int) -> list:
-    """Every call must train its weights from scratch: failing parts, or none."""
-    if not run.from_before:
-        return []
-    names = list(run.from_before)
-    how = sorted(set(run.from_before.values()))
-    return [
-        correct(
-            "trained from scratch",
-            False,
-            f"{len(names)} of the returned model's weights ({', '.join(names[:3])}"
-            f"{', ...' if len(names) > 3 else ''}) hold values from before this call (run "
-            f"{i + 1}): {'; '.join(how)}. A speed-run must build and train a fresh model every "
-            "time, as the check times each call; weights kept from an earlier run or cell "
-            "bring that training along, even when the model object is new",
-        )
-    ]
-
-
-def _reads_images(run: LearnerRun, i: int) -> list:
-    """A call that read no training image at all (no item, no raw array, nothing sent to a
-    DataLoader worker) trained on images prepared before it: failing parts, or none."""
-    if run.images_read or run.raw_reads:
-        return []
-    return [
-        correct(
-            "data preparation timed",
-            False,
-            f"run {i + 1} read no training image (no train_set[i], no train_set.data): the "
-            "images it trained on were prepared before the call, so data preparation dropped "
-            "out of the time. Section 1 (the rules) times training with data preparation "
-            "included: decode the train_set speedrun is given, inside speedrun, every call",
-        )
-    ]
-
-
-def _scores(model: nn.Module) -> list[float]:
-    """Held-out accuracy under every renaming of the classes: item k is the accuracy when
-    label c is read as (c + k) mod 10."""
-    predicted, y = held_out_predictions(model)
-    return [float((predicted == (y + k) % NUM_CLASSES).float().mean()) for k in range(10)]
-
-
-def _learned_given_labels(scores: list[float], shift: int, i: int) -> list:
-    """A model that scores far better under another renaming than its call's learned from
-    other data than the call was given: failing parts, or none."""
-    given = scores[shift]
-    other = max((k for k in range(NUM_CLASSES) if k != shift), key=scores.__getitem__)
-    if given >= target() or scores[other] < max(0.5, 2 * given):
-        return []
-    names = "the usual names" if other == 0 else f"the renaming of another run (+{other})"
-    return [
-        correct(
-            "trained on the train_set given",
-            False,
-            f"run {i + 1} was given train_set with its classes renamed (label k read as "
-            f"(k + {shift}) mod 10, as section 1 says). Your model scores {given:.1%} on the "
-            f"held-out split under those names and {scores[other]:.1%} under {names}: it "
-            "learned its labels from other data than the train_set passed to speedrun (the "
-            "notebook's own train_set, images and labels decoded before the call, or weights "
-            "kept from an earlier training). Train from scratch on the argument, every call",
-        )
-    ]
-
-
-def _decodes_each_call(first: LearnerRun, run: LearnerRun, i: int) -> list:
-    """A timed call that read far fewer training images than the first one kept its decoded
-    images from an earlier call: failing parts, or none."""
-    if run.images_read * 2 >= first.images_read:
-        return []
-    return [
-        correct(
-            "data preparation timed",
-            False,
-            f"your first run read {first.images_read} training images (train_set[i]), run "
-            f"{i + 1} read {run.images_read}: the images decoded in an earlier call were kept, "
-            "so data preparation dropped out of the timed runs. Section 1 (the rules) times "
-            "training with data preparation included: decode train_set inside speedrun on "
-            "every call",
-        )
-    ]
-
-
 @check(
     "11-speedrun",
     points=4,
@@ -384,7 +210,7 @@ def check_speedrun(speedrun):
     dataset, cls = training_set(), device_class()
     threshold = time_threshold()
     ratios, accuracies, clocks = [], [], set()
-    first: LearnerRun | None = None
+    first: rules.LearnerRun | None = None
     with steady_cpu(1):
         _warm_up(dataset)
         n_pairs = pairs()
@@ -397,15 +223,10 @@ def check_speedrun(speedrun):
                 run = _learner_run(speedrun, Relabelled(dataset, shift))
                 bar.update()
                 first = first or run
-                if i == 0:
-                    broken = _rules(run) or _reads_images(run, i)
-                else:
-                    broken = _fresh(run, i) or _own_weights(run, i)
-                    broken = broken or _decodes_each_call(first, run, i) or _reads_images(run, i)
-                if broken:
+                if broken := rules.before_timing(first, run, i):
                     return broken  # nothing (more) to time: say what is wrong now
-                scores = _scores(run.model)
-                if broken := _learned_given_labels(scores, shift, i):
+                scores = rules.scores(run.model)
+                if broken := rules.learned_given_labels(scores, shift, i):
                     return broken
                 accuracies.append(scores[shift])
                 wall, cpu = run.wall, run.cpu

@@ -64,15 +64,17 @@ def speedrun_costs(tensor_cores: bool = True) -> tuple[Cost, Cost]:
 
 def full_mode_estimates(gpus=("T4", "V100", "A100", "H100")) -> list[dict]:
     """Per GPU (a host as fast as the reference's 2 vCPUs): the whole notebook's full-mode
-    seconds against its budget, and the reference's estimated time ratio against the
-    baseline (what the check's time part would read)."""
+    seconds against its budget, the reference's estimated time ratio against the baseline
+    (what the check's time part would read) and the bar that ratio is graded against."""
     from ...device import GPU_PEAK_FLOPS
     from ...selftest.estimate import budget_s, gpu_rates, seconds
+    from .checks import FULL_GPU
 
     rows = []
     for gpu in gpus:
         r = gpu_rates(gpu)
-        base, tuned = speedrun_costs(tensor_cores=GPU_PEAK_FLOPS[gpu][2] is not None)
+        _, tf32, half = GPU_PEAK_FLOPS[gpu]
+        base, tuned = speedrun_costs(tensor_cores=half is not None)
         env = {"device": "cuda", "device_name": gpu}
         rows.append(
             {
@@ -82,6 +84,9 @@ def full_mode_estimates(gpus=("T4", "V100", "A100", "H100")) -> list[dict]:
                 "baseline_s": seconds(base, r),
                 "reference_s": seconds(tuned, r),
                 "ratio": seconds(base, r) / seconds(tuned, r),
+                # the check's full-mode bar (time_threshold): fp16 where there is no TF32,
+                # i.e. tensor cores before Ampere (compute capability 7.x)
+                "bar": FULL_GPU["fp16" if tf32 is None else "bf16"],
                 "rates": r.source,
             }
         )

@@ -2,6 +2,8 @@
 sets') patched for the length of the call, then put back. Each probe costs a set insert per
 call it watches, well under a second per run.
 
+- `precision_watch`: fp16 autocast regions entered and losses scaled by a GradScaler.
+
 - `module_births`: which nn.Modules were constructed during the call. A speed-run trains from
   scratch each time it is timed, so the model it returns (and each of its submodules) must be
   built during that call: a model kept from an earlier call, or a deepcopy of one (copying
@@ -29,6 +31,31 @@ from ...data import OfflineImages
 from ...errors import HeldOutUsed
 
 TEST_SPLIT = "cu.load_data().test"  # how the guard names the test split when it is read
+
+
+@contextlib.contextmanager
+def precision_watch() -> Iterator[dict[str, int]]:
+    """Counts fp16 autocast regions entered and losses scaled by an enabled GradScaler, for
+    as long as the block runs (torch's classes patched, then put back)."""
+    seen = {"fp16": 0, "scaled": 0}
+    autocast_cls, scaler_cls = torch.amp.autocast_mode.autocast, torch.amp.GradScaler
+    enter, scale = autocast_cls.__enter__, scaler_cls.scale
+
+    def watched_enter(self):
+        if self._enabled and self.fast_dtype == torch.float16:
+            seen["fp16"] += 1
+        return enter(self)
+
+    def watched_scale(self, outputs):
+        if self.is_enabled():
+            seen["scaled"] += 1
+        return scale(self, outputs)
+
+    autocast_cls.__enter__, scaler_cls.scale = watched_enter, watched_scale
+    try:
+        yield seen
+    finally:
+        autocast_cls.__enter__, scaler_cls.scale = enter, scale
 
 
 @contextlib.contextmanager
@@ -77,7 +104,6 @@ class Sources:
     the call ends, so its memory cannot be reused by a new tensor and mistaken for it."""
 
     before: list[torch.Tensor]
-    started: float
     ids: set[int] = field(default_factory=set)
     storages: set[int] = field(default_factory=set)
     received: dict[int, str] = field(default_factory=dict)  # storage -> how
@@ -119,7 +145,7 @@ class Sources:
                 continue
             if where in self.received:
                 out[name] = self.received[where]
-            elif id(t) in self.ids or where in self.storages:
+            elif self.old(t):
                 out[name] = "the same tensors as before the call"
         return out
 
@@ -132,13 +158,12 @@ def weight_sources() -> Iterator[Sources]:
     that `torch.save` did not write during the block). A speed-run's returned model may hold
     none of them."""
     import gc
-    import time
     import warnings
 
     with warnings.catch_warnings():  # some lazily imported objects warn when their type is read
         warnings.simplefilter("ignore")
         before = [o for o in gc.get_objects() if issubclass(type(o), torch.Tensor)]
-    sources = Sources(before, time.time(), {id(t) for t in before})
+    sources = Sources(before, {id(t) for t in before})
     sources.storages = {w for w in map(_storage, before) if w}
     copy_ = torch.Tensor.copy_
     deepcopies = {cls: cls.__dict__["__deepcopy__"] for cls in (torch.Tensor, nn.Parameter)}
