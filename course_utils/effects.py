@@ -4,7 +4,8 @@
 shows one line to the learner and attaches the figure, with its raw samples and provenance,
 as structured output (EFFECT_MIME) that `course report` collects into one row per technique.
 Ratios are baseline / improved of a quantity where less is better (seconds, bytes, steps), so
-above 1 means the technique helped here.
+above 1 means the technique helped here. `n`, the number of ratios, travels with the figure:
+an IQR is claimed only where n >= 2, so a single ratio is never drawn as a certain one.
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ class Effect:
     ratios: list[float]  # baseline / improved: one per interleaved pair, or one overall
     expected: str = ""  # what this device class can show, in words
     env: dict = field(default_factory=dict)
+    workload: str = ""  # what was timed, so a reader can tell it from a check's workload
+    check: str = ""  # "<check id>/<part name>" that measures a related figure, if one does
+
+    @property
+    def n(self) -> int:
+        """How many ratios the effect rests on: 1 means no spread was measured."""
+        return len(self.ratios)
 
     @property
     def ratio(self) -> float:
@@ -34,33 +42,46 @@ class Effect:
 
     @property
     def spread(self) -> tuple[float, float]:
-        """The interquartile range of the pair ratios (both ends equal for one ratio)."""
-        if len(self.ratios) < 2:
+        """The interquartile range of the pair ratios (both ends equal for one ratio: an
+        IQR of nothing; readers must look at `n` before drawing it)."""
+        if self.n < 2:
             return self.ratio, self.ratio
         q1, _, q3 = statistics.quantiles(self.ratios, n=4, method="inclusive")
         return q1, q3
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "ratio": self.ratio, "spread": list(self.spread)}
+        return {**asdict(self), "ratio": self.ratio, "spread": list(self.spread), "n": self.n}
 
     def text(self) -> str:
         q1, q3 = self.spread
         spread = (
-            f" (IQR {q1:.2f}-{q3:.2f}, {len(self.ratios)} pairs)" if len(self.ratios) > 1 else ""
+            f" (IQR {q1:.2f}-{q3:.2f}, n={self.n} pairs)"
+            if self.n > 1
+            else " (n=1: one ratio, no spread measured)"
         )
         expected = f"; expected here: {self.expected}" if self.expected else ""
+        before, after = fmt_value(self.baseline, self.unit), fmt_value(self.improved, self.unit)
         return (
-            f"Effect of {self.technique} on {self.metric}: {_fmt(self.baseline, self.unit)} -> "
-            f"{_fmt(self.improved, self.unit)}, {self.ratio:.2f}x{spread}{expected}"
+            f"Effect of {self.technique} on {self.metric}: {before} -> {after}, "
+            f"{self.ratio:.2f}x{spread}{expected}"
         )
 
 
-def _fmt(value: float, unit: str) -> str:
+def fmt_value(value: float | None, unit: str = "") -> str:
+    """A figure in the unit a reader thinks in: ms below a second, MiB for bytes."""
+    if value is None:
+        return ""
     if unit == "s":
         return f"{value:.3g} s" if value >= 1 else f"{value * 1e3:.3g} ms"
     if unit == "bytes":
         return f"{value / 2**20:.3g} MiB"
     return f"{value:.4g} {unit}".strip()
+
+
+def fmt_spread(n: int, spread) -> str:
+    """What a ratio rests on: "IQR 1.90-2.10, n=5", or "n=1, no IQR" where there is one ratio,
+    whose spread was never measured (`spread` is then ignored)."""
+    return f"IQR {spread[0]:.2f}-{spread[1]:.2f}, n={n}" if n >= 2 else f"n={n}, no IQR"
 
 
 def effect(
@@ -70,22 +91,32 @@ def effect(
     metric: str = "time per training step",
     baseline: float | None = None,
     improved: float | None = None,
+    ratios: list[float] | None = None,
     unit: str = "s",
     expected: str = "",
+    workload: str = "",
+    check: str = "",
     show: bool = True,
 ) -> Effect:
     """Record a headline effect: from a `cu.compare` Comparison (its interleaved pair ratios),
-    or from a `baseline` and an `improved` figure of the same unit."""
+    or from a `baseline` and an `improved` figure of the same unit, with the `ratios` of the
+    interleaved rounds they summarise where there were several (else one overall ratio).
+
+    `workload` names what was timed and `check` the "<check id>/<part>" timing a related
+    figure, so the report can show both numbers without leaving the reader two unexplained."""
     from .device import env_info
 
     if comparison is not None:
         baseline, improved = comparison.baseline.median, comparison.candidate.median
         ratios = list(comparison.ratios)
     elif baseline is not None and improved is not None and improved > 0:
-        ratios = [baseline / improved]
+        ratios = list(ratios) if ratios else [baseline / improved]
     else:
         raise ValueError("give a comparison, or baseline and improved (> 0)")
-    result = Effect(technique, metric, unit, float(baseline), float(improved), ratios, expected)
+    result = Effect(
+        technique, metric, unit, float(baseline), float(improved), ratios, expected,
+        workload=workload, check=check,
+    )  # fmt: skip
     result.env = env_info()
     if show:
         _display(result)

@@ -121,11 +121,24 @@ def time_fn(
 ) -> Timing:
     """Time `fn()` as the median of `repeats` synchronised samples after `warmup` calls."""
     device = torch.device(device) if device is not None else get_device()
-    for _ in range(warmup):
-        fn()
-    number = _calibrate(fn, device, min_sample_s)
-    samples = [_timed(fn, device, number) for _ in range(repeats)]
+    with _progress(warmup + repeats, label) as bar:
+        for _ in range(warmup):
+            fn()
+            bar.update()
+        number = _calibrate(fn, device, min_sample_s)
+        samples = []
+        for _ in range(repeats):
+            samples.append(_timed(fn, device, number))
+            bar.update()
     return Timing(samples, label=label, number=number, env=env_info(device))
+
+
+def _progress(total: int, label: str):
+    """A bar shown only once timing has taken 2 s (a silent cell looks hung) and cleared when
+    done, so quick timings print nothing."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=f"timing {label}".rstrip(), leave=False, delay=2.0)
 
 
 def compare(
@@ -143,19 +156,22 @@ def compare(
     The order inside a pair alternates (AB, BA, AB, …) so neither side always runs warm.
     """
     device = torch.device(device) if device is not None else get_device()
-    for _ in range(warmup):
-        baseline()
-        candidate()
-    n_a = _calibrate(baseline, device, min_sample_s)
-    n_b = _calibrate(candidate, device, min_sample_s)
-    a, b = [], []
-    for i in range(repeats):
-        if i % 2 == 0:
-            a.append(_timed(baseline, device, n_a))
-            b.append(_timed(candidate, device, n_b))
-        else:
-            b.append(_timed(candidate, device, n_b))
-            a.append(_timed(baseline, device, n_a))
+    with _progress(warmup + repeats, " vs ".join(labels)) as bar:
+        for _ in range(warmup):
+            baseline()
+            candidate()
+            bar.update()
+        n_a = _calibrate(baseline, device, min_sample_s)
+        n_b = _calibrate(candidate, device, min_sample_s)
+        a, b = [], []
+        for i in range(repeats):
+            if i % 2 == 0:
+                a.append(_timed(baseline, device, n_a))
+                b.append(_timed(candidate, device, n_b))
+            else:
+                b.append(_timed(candidate, device, n_b))
+                a.append(_timed(baseline, device, n_a))
+            bar.update()
     env = env_info(device)
     return Comparison(
         Timing(a, labels[0], n_a, env),

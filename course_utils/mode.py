@@ -50,6 +50,11 @@ def env_quick() -> bool | None:
     return None if not text else text in TRUE
 
 
+def decided() -> bool:
+    """Whether the parameter, $COURSE_QUICK or the auto mode has chosen yet."""
+    return _forced is not None or env_quick() is not None or _auto is not None
+
+
 def is_quick() -> bool:
     if _forced is not None:
         return _forced

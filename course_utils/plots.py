@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from .effects import fmt_spread
+
 
 def bars(
     values: Mapping[str, float], *, ylabel: str, title: str = "", fmt: str = "{:.3g}", ax=None
@@ -91,5 +93,44 @@ def schedule(
         twin.plot(momentum, color="C1", linestyle="--")
         twin.set_ylabel("momentum / beta1", color="C1")
     ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def effect_bars(
+    labels: Sequence[str],
+    ratios: Sequence[float],
+    iqrs: Sequence[tuple[float, float] | None],
+    ns: Sequence[int],
+    shown: Sequence[bool],
+    *,
+    title: str,
+):
+    """One horizontal bar per effect (baseline / improved, log scale), each labelled with its
+    n. Whiskers only where an IQR was measured (n >= 2): a single ratio drawn with a
+    zero-width bar would claim a certainty nobody measured. Effects the device could not show
+    are grey and hatched, and say so."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 0.5 * len(labels) + 1.5))
+    colours = [
+        ("C2" if r >= 1 else "C3") if ok else "0.75" for r, ok in zip(ratios, shown, strict=True)
+    ]
+    drawn = ax.barh(labels, ratios, color=colours)
+    for bar, ok in zip(drawn, shown, strict=True):
+        bar.set_hatch("" if ok else "//")
+    for y, (r, q, n, ok) in enumerate(zip(ratios, iqrs, ns, shown, strict=True)):
+        if q is not None:
+            whisker = [[max(0.0, r - q[0])], [max(0.0, q[1] - r)]]
+            ax.errorbar(r, y, xerr=whisker, color="black", capsize=3)
+        words = f"{r:.2f}x, {fmt_spread(n, q)}"
+        words += "" if ok else ", not shown on this device"
+        end = max(r, q[1]) if q else r  # after the whisker, so it never hides the text
+        ax.text(end * 1.06, y, words, va="center", fontsize=8)
+    ax.axvline(1.0, color="grey", linestyle="--")
+    ax.set_xscale("log")
+    ax.set_xlim(right=max([*ratios, 1.0]) * 6)  # room for the labels on a log axis
+    ax.invert_yaxis()
+    ax.set(xlabel="baseline / improved (above 1: helped here)", title=title)
     fig.tight_layout()
     return fig

@@ -1,12 +1,15 @@
 """`course report`: run every solution notebook and show what each technique bought here.
 
-Writes into OUT: `results.json` (every check, every headline effect with its raw samples, the
-run of each notebook, and the provenance), `report.md` and a self-contained `report.html`
-(one row per technique: baseline, improved, effect with its spread, what this device class
-expects, status, run time), `summary.png` (the effect per technique, with spread), `plots/`
-(every figure the notebooks drew) and `executed/`. `--only` re-runs some notebooks and merges
-them into the results already in OUT. `--reference` also copies the report to
+Writes into OUT: `results.json` (every check with its parts, every headline effect with its
+raw samples, the run of each notebook, and the provenance), `report.md` and a self-contained
+`report.html` with the same content (what "effect" means; one row per technique: its workload,
+baseline, improved, effect with its n and spread, the figure a check of the same notebook
+measured, what this device class expects, status, run time; the checks table),
+`summary.png` (the effect per technique, whiskers only where n >= 2), `plots/` (every figure
+the notebooks drew) and `executed/`. `--only` re-runs some notebooks and merges them into the
+results already in OUT. `--reference` also copies the report to
 `docs/results/<device-class>-<device-name>.{md,json,png}`, the committed reference results.
+How an effect is set beside its check lives in course_utils.headlines.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .authoring import read
+from .effects import fmt_value
 from .errors import UsageError
+from .headlines import COLUMNS, MEANING, Headline, headlines, note, technique_rows
 from .protocol import EFFECT_MIME, NOT_APPLICABLE, PASSED
 
 OK_STATUSES = (PASSED, NOT_APPLICABLE)
@@ -101,9 +106,7 @@ def run_notebook(path: Path, out: Path, *, quick: bool, timeout: float) -> Noteb
         import nbformat
 
         nbformat.write(executed, str(out / "executed" / path.name))
-    checks = read_results(nb, sol, lesson, status, timeout)
-    for c in checks:
-        c.pop("parts", None)
+    checks = read_results(nb, sol, lesson, status, timeout)  # parts kept: headlines read them
     run = NotebookRun(lesson, status["outcome"], status.get("detail", ""), seconds, checks)
     for old in (out / "plots").glob(f"{lesson}-*.png"):
         old.unlink()
@@ -164,7 +167,7 @@ def report(
         how = "" if run.outcome == "completed" else f", {run.outcome}: {run.detail}"
         bar.write(
             f"{run.notebook}: {good}/{len(run.checks)} checks ok, "
-            f"{len(run.effects)} effect(s), {run.seconds:.0f} s{how}",
+            f"{effect_count(run)}, {run.seconds:.0f} s{how}",
             file=sys.stderr,
         )
     result.runs = dict(sorted(result.runs.items()))
@@ -174,69 +177,64 @@ def report(
     return result
 
 
+def effect_count(run: NotebookRun) -> str:
+    """Says "no headline effect" where there is none: "0 effect(s)" reads as a failure."""
+    n = len(run.effects)
+    return "no headline effect" if n == 0 else f"{n} headline effect" + ("s" if n > 1 else "")
+
+
 # --- writing -------------------------------------------------------------------------------
 
-
-def _fmt(value: float | None, unit: str = "") -> str:
-    if value is None:
-        return ""
-    if unit == "s":
-        return f"{value:.3g} s" if value >= 1 else f"{value * 1e3:.3g} ms"
-    if unit == "bytes":
-        return f"{value / 2**20:.3g} MiB"
-    return f"{value:.4g} {unit}".strip()
+CHECK_COLUMNS = ("notebook", "check", "status", "measured", "expected", "message")
 
 
-def technique_rows(result: Report) -> list[dict]:
-    """One row per headline effect; a notebook that recorded none still gets a row."""
+def check_rows(result: Report) -> list[dict]:
+    """One row per check (and one per notebook that did not complete), for both pages."""
     rows = []
     for name, run in result.runs.items():
-        good = sum(c["status"] in OK_STATUSES for c in run.checks)
-        status = f"{good}/{len(run.checks)} checks ok" + (
-            "" if run.outcome == "completed" else f" ({run.outcome})"
-        )
-        base = {"notebook": name, "status": status, "runtime": f"{run.seconds:.0f} s"}
-        for e in run.effects or [None]:
-            if e is None:
-                rows.append(
-                    {
-                        **base,
-                        "technique": "",
-                        "metric": "",
-                        "baseline": "",
-                        "improved": "",
-                        "effect": "",
-                        "expected": "",
-                    }
-                )
-                continue
-            q1, q3 = e["spread"]
-            spread = f" (IQR {q1:.2f}-{q3:.2f})" if len(e["ratios"]) > 1 else ""
+        if run.outcome != "completed":
+            row = {"notebook": name, "check": "(notebook)", "status": run.outcome}
+            rows.append({**row, "measured": "", "expected": "", "message": run.detail})
+        for c in run.checks:
             rows.append(
                 {
-                    **base,
-                    "technique": e["technique"],
-                    "metric": e["metric"],
-                    "baseline": _fmt(e["baseline"], e["unit"]),
-                    "improved": _fmt(e["improved"], e["unit"]),
-                    "effect": f"{e['ratio']:.2f}x{spread}",
-                    "expected": e.get("expected", ""),
+                    "notebook": name,
+                    "check": c["check"],
+                    "status": c["status"],
+                    "measured": fmt_value(c.get("value")),
+                    "expected": fmt_value(c.get("threshold")),
+                    "message": str(c.get("message", "")),
                 }
             )
     return rows
 
 
-COLUMNS = (
-    "notebook",
-    "technique",
-    "metric",
-    "baseline",
-    "improved",
-    "effect",
-    "expected",
-    "status",
-    "runtime",
-)
+def all_headlines(result: Report) -> list[Headline]:
+    """Every notebook's headline effects, each with its workload and related check figure."""
+    return [
+        h for name, run in result.runs.items() for h in headlines(name, run.effects, run.checks)
+    ]
+
+
+NOTES_TITLE = "What each effect timed, and what its notebook's check measured:"
+
+
+def _md_table(columns: tuple[str, ...], rows: list[dict]) -> list[str]:
+    def cell(value: object) -> str:
+        return str(value).replace("|", "/").replace("\n", " ")
+
+    head = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return head + ["| " + " | ".join(cell(r[c]) for c in columns) + " |" for r in rows]
+
+
+def _html_table(columns: tuple[str, ...], rows: list[dict]) -> str:
+    import html as h
+
+    head = "".join(f"<th>{h.escape(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{h.escape(str(r[c]))}</td>" for c in columns) + "</tr>" for r in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
 
 
 def markdown(result: Report, figure: str | None) -> str:
@@ -250,67 +248,46 @@ def markdown(result: Report, figure: str | None) -> str:
         f"- data: {e.get('dataset')}; quick mode: {'on' if result.quick else 'off'}",
         f"- {result.date}, `{result.command}`; {result.summary()}",
         "",
-        "Effect = baseline / improved of a quantity where less is better (median of interleaved "
-        "pairs, IQR in brackets): above 1 the technique helped on this machine.",
+        MEANING,
         "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
+        *_md_table(COLUMNS, technique_rows(result.runs)),
     ]
-    for row in technique_rows(result):
-        lines.append("| " + " | ".join(str(row[c]).replace("|", "/") for c in COLUMNS) + " |")
+    notes = [note(h) for h in all_headlines(result)]
+    if notes:
+        lines += ["", NOTES_TITLE, ""] + [f"- {n}" for n in notes]
     if figure:
         lines += ["", f"![effect per technique]({figure})"]
-    lines += [
-        "",
-        "## Checks",
-        "",
-        "| notebook | check | status | measured | expected | message |",
-        "|---|---|---|---|---|---|",
-    ]
-    for name, run in result.runs.items():
-        if run.outcome != "completed":
-            lines.append(f"| {name} | (notebook) | {run.outcome} | | | {run.detail} |")
-        for c in run.checks:
-            message = str(c.get("message", "")).replace("|", "/").replace("\n", " ")
-            lines.append(
-                f"| {name} | {c['check']} | {c['status']} | {_fmt(c.get('value'))} | "
-                f"{_fmt(c.get('threshold'))} | {message} |"
-            )
+    lines += ["", "## Checks", "", *_md_table(CHECK_COLUMNS, check_rows(result))]
     return "\n".join(lines) + "\n"
 
 
 def summary_figure(result: Report, path: Path) -> bool:
-    """Bars of the effect per technique, whiskers at the IQR of the pair ratios."""
-    effects = [(n, e) for n, run in result.runs.items() for e in run.effects]
-    if not effects:
+    """Bars of the effect per technique: whiskers at the IQR where n >= 2, n on every bar."""
+    found = all_headlines(result)
+    if not found:
         return False
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    labels = [f"{n[:2]} {e['technique']}\n({e['metric']})" for n, e in effects]
-    ratios = [e["ratio"] for _, e in effects]
-    low = [e["ratio"] - e["spread"][0] for _, e in effects]
-    high = [e["spread"][1] - e["ratio"] for _, e in effects]
-    fig, ax = plt.subplots(figsize=(8, 0.5 * len(effects) + 1.5))
-    colours = ["C2" if r >= 1 else "C3" for r in ratios]
-    ax.barh(labels, ratios, xerr=[low, high], color=colours, capsize=3)
-    ax.axvline(1.0, color="grey", linestyle="--")
-    ax.set_xscale("log")
-    ax.invert_yaxis()
-    ax.set(
-        xlabel="baseline / improved (above 1: helped here)",
+    from .plots import effect_bars
+
+    fig = effect_bars(
+        [f"{h.notebook[:2]} {h.effect['technique']}\n({h.effect['metric']})" for h in found],
+        [h.ratio for h in found],
+        [h.iqr for h in found],
+        [h.n for h in found],
+        [h.shown for h in found],
         title=f"Effect per technique on {result.env.get('device_class')}",
     )
-    fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return True
 
 
 def html(result: Report, out: Path, figure: str | None) -> str:
-    """The same content, self-contained: every image inlined."""
+    """The same content as report.md, self-contained: every image inlined."""
     import html as h
 
     def img(path: Path) -> str:
@@ -319,11 +296,7 @@ def html(result: Report, out: Path, figure: str | None) -> str:
         data = base64.b64encode(path.read_bytes()).decode()
         return f'<img src="data:image/png;base64,{data}" style="max-width:100%">'
 
-    head = "".join(f"<th>{c}</th>" for c in COLUMNS)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{h.escape(str(r[c]))}</td>" for c in COLUMNS) + "</tr>"
-        for r in technique_rows(result)
-    )
+    notes = "".join(f"<li>{h.escape(note(x))}</li>" for x in all_headlines(result))
     parts = [
         "<!doctype html><meta charset='utf-8'><title>Course report</title>",
         "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
@@ -332,10 +305,14 @@ def html(result: Report, out: Path, figure: str | None) -> str:
         f"(<code>{h.escape(str(result.env.get('device_class')))}</code>), torch "
         f"{h.escape(str(result.env.get('torch')))}, {h.escape(result.date)}, "
         f"<code>{h.escape(result.command)}</code>. {h.escape(result.summary())}</p>",
-        f"<table><tr>{head}</tr>{body}</table>",
+        f"<p>{h.escape(MEANING)}</p>",
+        _html_table(COLUMNS, technique_rows(result.runs)),
     ]
+    if notes:
+        parts.append(f"<p>{NOTES_TITLE}</p><ul>{notes}</ul>")
     if figure:
         parts.append(img(out / figure))
+    parts += ["<h2>Checks</h2>", _html_table(CHECK_COLUMNS, check_rows(result))]
     for name, run in result.runs.items():
         if run.plots:
             parts.append(f"<h2>{h.escape(name)}</h2>")

@@ -38,12 +38,13 @@ def env(verbose: bool = True) -> dict:
         rows = [
             ("device", f"{info['device']} ({info['device_name']})"),
             ("device class", info["device_class"]),
-            ("torch / CUDA", f"{info['torch']} / {info['cuda'] or 'none'}"),
+            ("torch / CUDA", _torch_cuda(info)),
+            ("TF32", _tf32_line(info)),
             ("threads", f"{info['threads']} of {info['cpu_count']} CPUs"),
             (_peak_label(info, "matmul"), _tflops(peak)),
             *([(_peak_label(info, "cudnn"), _tflops(conv_peak))] if conv_peak != peak else []),
             ("data", info["dataset"]),
-            ("quick mode", ("on" if info["quick"] else "off") + _mode_why(info)),
+            ("quick mode", _mode_line(info)),
         ]
         width = max(len(k) for k, _ in rows)
         print("\n".join(f"{k:>{width}}: {v}" for k, v in rows))
@@ -52,15 +53,36 @@ def env(verbose: bool = True) -> dict:
 
 
 SWITCH = (
-    "to choose: set quick = True (or False) in the parameters cell, or COURSE_QUICK=1 (or 0) "
-    "before starting Jupyter"
+    "to choose: set quick = True (or False) in the parameters cell at the top and run from "
+    "there (in Colab too); or start Jupyter with COURSE_QUICK=1 (or 0)"
 )
 
 
-def _mode_why(info: dict) -> str:
+def _torch_cuda(info: dict) -> str:
+    """The CUDA version only where a GPU uses it: a CUDA build on a CPU-only machine says so."""
+    if info["device"].startswith("cuda"):
+        return f"{info['torch']} / {info['cuda']}"
+    build = f" (a CUDA {info['cuda']} build)" if info.get("cuda") else ""
+    return f"{info['torch']}{build} / no GPU"
+
+
+def _tf32_line(info: dict) -> str:
+    """Whether float32 matmuls and convolutions may run on TF32 tensor cores (notebook 04)."""
+    tf32 = info.get("tf32")
+    if not info["device"].startswith("cuda"):
+        return "not used (a CUDA tensor-core format; this device runs float32 as float32)"
+    if not isinstance(tf32, dict):
+        return "not supported by this GPU (it needs compute capability 8.0 or newer)"
+    state = {True: "on", False: "off"}
+    return f"matmul {state[bool(tf32['matmul'])]}, cuDNN conv {state[bool(tf32['cudnn'])]}"
+
+
+def _mode_line(info: dict) -> str:
     if "mode" in info:
-        return f" ({info['mode']['reason']})"
-    return ""
+        return ("on" if info["quick"] else "off") + f" ({info['mode']['reason']})"
+    if not mode.decided():
+        return "chosen by each notebook's setup cell (the auto mode: `course selftest` estimates)"
+    return "on" if info["quick"] else "off"
 
 
 def lesson_in_use() -> str | None:
@@ -97,15 +119,20 @@ def decide_mode(quick: bool | None) -> mode.Decision:
     prefixes = [prefix] if prefix else [p for p in LESSONS if p != "11"]
     worst = max(
         (e for e in (estimate(p, info, quick=False) for p in prefixes) if e),
-        key=lambda e: e["estimate_s"] / e["budget_s"],
+        key=lambda e: e["estimate_s"] * e["margin"] / e["budget_s"],
     )
     what = f"notebook {prefix}" if prefix else "the slowest notebook"
-    fits = not worst["over_budget"]
+    fits = worst["fits_with_margin"]
+    margin = (
+        f"; with the {worst['margin']:g}x margin a CPU keeps, that is"
+        if worst["margin"] != 1
+        else ","
+    )
     return mode.Decision(
         not fits,
         "auto",
         f"auto: full mode of {what} is estimated at {worst['estimate_s']:.0f} s on "
-        f"{info['device_class']} ({info['device_name']}), "
+        f"{info['device_class']} ({info['device_name']}){margin} "
         + ("within" if fits else "over")
         + f" its {worst['budget_s']:.0f} s budget",
     )
@@ -128,6 +155,8 @@ def setup(quick: bool | None = None, seed: int = 0, verbose: bool = True) -> dic
     """Call once at the top of a notebook: `quick` is the papermill parameter (None:
     $COURSE_QUICK decides, and if it is unset, the auto mode; the output says which)."""
     mode.set_quick(quick)
+    if verbose and quick is None and mode.env_quick() is None:  # the auto mode probes first
+        print("measuring this device's speed to choose quick or full mode ...", flush=True)
     decision = decide_mode(quick)
     mode.set_auto(decision if decision.source == "auto" else None)
     seed_everything(seed)

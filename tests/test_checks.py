@@ -375,13 +375,90 @@ def test_a_check_may_use_the_reference_itself_while_grading():
     assert check_square(lambda x: x**2).status == PASSED
 
 
-def test_learner_or_reference_falls_back_once_the_exercise_is_not_written(capsys):
-    def unwritten(x):
+# --- demos use an answer once its check passed it ------------------------------------------
+
+
+def _quietly(run, *answers):
+    """Run a check, ignoring the CheckFailed it raises for a non-pass."""
+    try:
+        run(*answers)
+    except CheckFailed:
+        pass
+
+
+def test_a_demo_uses_an_answer_only_after_its_check_passed_it(capsys):
+    def reference(x):
+        return x + x
+
+    def double(x):
+        return x + x
+
+    assert checks.learner_or_reference(double, reference, "double") is reference
+    assert "has not been through its check yet" in capsys.readouterr().out
+    check_double(double)
+    assert checks.learner_or_reference(double, reference, "double") is double
+
+
+def test_a_stub_that_never_raises_on_a_probe_still_counts_as_unsolved(capsys):
+    """02's LARS stub skips tensors without a gradient, so a probe on one never raised."""
+
+    def stub(x):
+        if x == 0:  # the probe's input: no NotImplementedError reached
+            return 0
         raise NotImplementedError()
 
-    call = checks.learner_or_reference(unwritten, lambda x: x + 1, "unwritten")
-    assert call(1) == 2 and call(2) == 3
-    assert capsys.readouterr().out.count("not written yet") == 1
+    _quietly(check_double, stub)
+    assert checks.learner_or_reference(stub, learner_double, "stub") is learner_double
+    assert "is not written yet" in capsys.readouterr().out
+
+
+def test_a_failed_or_redefined_answer_falls_back_and_says_why(capsys):
+    _quietly(check_double, learner_wrong)
+    assert checks.learner_or_reference(learner_wrong, learner_double, "wrong") is learner_double
+    assert "has not passed its check yet (failed)" in capsys.readouterr().out
+
+    def rewritten(x):  # the learner edits the cell after its check passed
+        return x + x
+
+    check_double(learner_double)
+    assert checks.learner_or_reference(rewritten, learner_double, "double") is learner_double
+
+
+def test_a_class_answer_is_returned_itself_not_wrapped():
+    class Answer:
+        def __init__(self, x):
+            self.x = x
+
+    @check("test-class-answer", points=1)
+    def check_class(cls):
+        return [correct("built", cls(2).x == 2, "cls(2).x")]
+
+    check_class(Answer)
+    assert checks.learner_or_reference(Answer, object, "Answer") is Answer
+
+
+# --- Run All goes on past an unwritten exercise; test runners still count it ----------------
+
+
+def test_not_attempted_does_not_stop_run_all_in_jupyter(monkeypatch):
+    monkeypatch.delenv("PYTEST_VERSION", raising=False)
+    monkeypatch.delenv("COURSE_STRICT_CHECKS", raising=False)
+    shown = []
+    monkeypatch.setattr(checks, "emit", shown.append)
+    result = check_double(learner_not_attempted)  # no CheckFailed
+    assert result.status == NOT_ATTEMPTED and shown == [result]
+    for wrong in (learner_wrong, learner_crashes):  # failures still stop it
+        with pytest.raises(CheckFailed):
+            check_double(wrong)
+
+
+@pytest.mark.parametrize("variable", ["PYTEST_VERSION", "COURSE_STRICT_CHECKS"])
+def test_not_attempted_fails_the_cell_under_a_test_runner(monkeypatch, variable):
+    monkeypatch.delenv("PYTEST_VERSION", raising=False)
+    monkeypatch.setenv(variable, "1")
+    with pytest.raises(CheckFailed) as info:
+        check_double(learner_not_attempted)
+    assert info.value.status == NOT_ATTEMPTED
 
 
 def test_every_check_is_registered_by_its_id_and_an_id_is_taken_once():

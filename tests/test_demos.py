@@ -14,9 +14,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils.authoring import code, has_solution, learner_copy, read, write
+from course_utils.authoring import code, read, write
 from course_utils.demos import SKIPPED, is_demo, names, skip_demos, skippable
 from course_utils.grading import grade
+from course_utils.learner_run import half_solved
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
@@ -71,14 +72,6 @@ def test_magics_read_the_names_they_expand():
     assert "path" in names("!ls $path")[1]
 
 
-def _half_solved(sol, name: str):
-    nb = learner_copy(sol, name)
-    solved = [i for i, c in enumerate(sol.cells) if has_solution(c)]
-    for i in solved[: len(solved) // 2]:
-        nb.cells[i].source = sol.cells[i].source
-    return nb
-
-
 def _verdicts(out: Path) -> dict:
     with open(out / "grades.csv", newline="") as f:
         return {
@@ -95,7 +88,7 @@ def test_checks_only_gives_the_same_verdicts_on_solution_and_half_solved(tmp_pat
     subs = tmp_path / "subs"
     subs.mkdir()
     write(sol, subs / f"solution_{name}")
-    write(_half_solved(sol, name), subs / f"half_{name}")
+    write(half_solved(sol, name)[0], subs / f"half_{name}")
     kw = {"solutions": ROOT / "solutions", "quick": True, "cell_timeout": 600, "jobs": 2}
     grade([subs], out=tmp_path / "full", **kw)
     grade([subs], out=tmp_path / "checks", checks_only=True, **kw)

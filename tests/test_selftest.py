@@ -226,3 +226,27 @@ def test_autocast_flops_count_at_the_16_bit_rate_and_a_notebook_may_have_its_own
     assert estimate.budget_s(t4, False, capstone) == 900 and estimate.budget_s(t4, False) == 300
     h100 = {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3"}
     assert estimate.budget_s(h100, False, capstone) == 180
+
+
+def test_an_effect_of_one_ratio_prints_n1_no_iqr_and_pairs_print_their_iqr():
+    """A single ratio has no spread: the line and selftest.md say "n=1, no IQR", never an
+    IQR of one value such as "4.09-4.09"."""
+    from course_utils.effects import effect
+    from course_utils.selftest import Selftest, item_line
+    from course_utils.selftest.write import markdown
+
+    one = effect("one ratio", baseline=4.09e-3, improved=1e-3, show=False).to_dict()
+    pairs = effect("pairs", baseline=2.0, improved=1.0, ratios=[1.9, 2.0, 2.1], show=False)
+    records = {
+        "02/effect/one": {"status": "measured", "result": one, "seconds": 0.5},
+        "04/effect/pairs": {"status": "measured", "result": pairs.to_dict(), "seconds": 0.6},
+    }
+    line = item_line(Item("02", EFFECT, "one"), records["02/effect/one"])
+    assert line.endswith("4.09x (n=1, no IQR)") and "4.09-4.09" not in line
+    assert item_line(Item("04", EFFECT, "pairs"), records["04/effect/pairs"]).endswith(
+        "2.00x (IQR 1.95-2.05, n=3)"
+    )
+    env = {"device_class": "cpu", "device_name": "a CPU"}
+    md = markdown(Selftest(env, True, "today", "course selftest", 1.1, records))
+    assert "| 02/effect/one | measured | 0.00409 s | 0.001 s | 4.09x (n=1, no IQR) | 0.5 |" in md
+    assert "| 2.00x (IQR 1.95-2.05, n=3) | 0.6 |" in md and "4.09-4.09" not in md

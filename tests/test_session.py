@@ -81,4 +81,34 @@ def test_setup_says_which_mode_runs_why_and_how_to_switch(on, capsys):
     out = capsys.readouterr().out
     assert info["quick"] and cu.is_quick()
     assert "quick mode: on (auto: full mode of notebook 01 is estimated at" in out
-    assert "set quick = True (or False)" in out and "COURSE_QUICK=1 (or 0)" in out
+    assert "set quick = True (or False) in the parameters cell" in out and "in Colab" in out
+
+
+def test_a_cpu_gets_full_mode_only_with_its_margin_to_spare(on, monkeypatch):
+    """A laptop is rarely idle and the estimate may be short: full only if 3x it fits."""
+    from course_utils.selftest import estimate as est
+
+    on(CPU, "09")
+    seconds = est.estimate("09", CPU, quick=False)["estimate_s"]
+    assert est.CPU_MARGIN.value == 3.0
+    for budget, quick in ((seconds * 2.9, True), (seconds * 3.1, False)):
+        monkeypatch.setattr(est, "budget_s", lambda env, q, nc=None, b=budget: b)
+        decision = decide_mode(None)
+        assert decision.quick == quick, decision.reason
+        assert "3x margin a CPU keeps" in decision.reason
+    on(T4, "09")  # a GPU's estimate is taken as it is
+    assert est.estimate("09", T4, quick=False)["margin"] == 1.0
+
+
+def test_env_says_no_gpu_rather_than_a_cuda_version_and_shows_tf32():
+    from course_utils.session import _tf32_line, _torch_cuda
+
+    cpu = {"device": "cpu", "torch": "2.14.1+cu130", "cuda": "13.0"}
+    assert _torch_cuda(cpu) == "2.14.1+cu130 (a CUDA 13.0 build) / no GPU"
+    assert _tf32_line(cpu).startswith("not used")
+    gpu = {"device": "cuda", "torch": "2.14.1+cu130", "cuda": "13.0"}
+    assert _torch_cuda(gpu) == "2.14.1+cu130 / 13.0"
+    assert _tf32_line({**gpu, "tf32": {"matmul": False, "cudnn": True}}) == (
+        "matmul off, cuDNN conv on"
+    )
+    assert "compute capability 8.0" in _tf32_line({**gpu, "tf32": "not supported"})

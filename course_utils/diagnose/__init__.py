@@ -85,6 +85,8 @@ def diagnose(
     loss_fn = loss_fn or nn.CrossEntropyLoss()
     step = step or standard_step(model, optimizer, loss_fn, device, amp)
     saved = SavedState(model, optimizer, tuple(restore))
+    # the window and the probes take seconds: say so at once, or the cell looks hung
+    print(f"diagnose: watching {steps} steps of your loop, then probing what each lesson changes")
     try:
         window = run_window(step, loader, model, optimizer, steps, device)
         ctx = Context(

@@ -13,6 +13,7 @@ import datetime
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..effects import fmt_spread
 from .items import CHECK, Item, discover
 from .runner import run_items
 
@@ -80,8 +81,8 @@ def item_line(item: Item, record: dict) -> str:
             f" vs {result['threshold']:.4g}" if result.get("threshold") is not None else ""
         )
     elif "ratio" in result:
-        q1, q3 = result["spread"]
-        extra = f"{result['ratio']:.2f}x (IQR {q1:.2f}-{q3:.2f})"
+        n = result.get("n", len(result["ratios"]))  # records from before n was kept: its ratios
+        extra = f"{result['ratio']:.2f}x ({fmt_spread(n, result['spread'])})"
     else:
         extra = record.get("detail", "")
     return f"{item.key}: {record['status']} in {record.get('seconds', 0):.1f} s" + (

@@ -7,6 +7,8 @@ import json
 import re
 from pathlib import Path
 
+from ..effects import fmt_spread
+
 
 def _fmt(value) -> str:
     return "" if value is None else f"{value:.4g}"
@@ -47,23 +49,23 @@ def markdown(run) -> str:
         "",
         "## Headline effects (baseline / improved; above 1 the technique helped here)",
         "",
-        "| item | status | baseline | improved | effect | IQR | pairs | seconds |",
-        "|---|---|---|---|---|---|---|---|",
+        "| item | status | baseline | improved | effect (IQR where n >= 2) | seconds |",
+        "|---|---|---|---|---|---|",
     ]
     for key, r in run.items.items():
         if "/effect/" not in key:
             continue
         res = r.get("result") or {}
         if "ratio" in res:
-            q1, q3 = res["spread"]
+            n = res.get("n", len(res["ratios"]))  # records from before n was kept: its ratios
+            effect = f"{res['ratio']:.2f}x ({fmt_spread(n, res['spread'])})"
             lines.append(
                 f"| {_cell(key)} | {r['status']} | {_fmt(res['baseline'])} {res['unit']} | "
-                f"{_fmt(res['improved'])} {res['unit']} | {res['ratio']:.2f}x | "
-                f"{q1:.2f}-{q3:.2f} | {len(res['ratios'])} | {r.get('seconds', 0):.1f} |"
+                f"{_fmt(res['improved'])} {res['unit']} | {effect} | {r.get('seconds', 0):.1f} |"
             )
         else:
             lines.append(
-                f"| {_cell(key)} | {r['status']} | | | | | | {r.get('seconds', 0):.1f} "
+                f"| {_cell(key)} | {r['status']} | | | | {r.get('seconds', 0):.1f} "
                 f"({_cell(r.get('detail', ''))[:200]}) |"
             )
     flagged = [t for t in run.thresholds if t["unmeasured_here"]]

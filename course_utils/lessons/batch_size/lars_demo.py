@@ -140,6 +140,7 @@ def _best_runs(runs, lars_class, setup, data, target, device) -> dict[str, Race]
     best: dict[str, Race] = {}
     bar = tqdm(total=len(runs) + 3, desc=f"batch {setup['batch']}", leave=False)
     for name, make, lr in runs:
+        bar.set_postfix_str(f"{name}, peak LR {lr:.3g}")  # redrawn now: which run is going
         race = _run(make, lr, setup, data, target, warmup=10, device=device)
         race.name = name
         grid = [lr for n, _, lr in runs if n == name]

@@ -214,7 +214,10 @@ def check_speedrun(speedrun):
     with steady_cpu(1):
         _warm_up(dataset)
         n_pairs = pairs()
-        with tqdm(total=2 * n_pairs, desc="check: interleaved runs", unit="run") as bar:
+        # leave=False: a run cut short (not written yet, a rule broken) must not leave a bar
+        # stuck at 0/6 above the verdict, which reports every ratio anyway
+        bar = tqdm(total=2 * n_pairs, desc="check: interleaved runs", unit="run", leave=False)
+        with bar:
             for i in range(n_pairs):
                 if i % 2:  # the baseline first in every other pair
                     base = _baseline_seconds(dataset, seed=i)

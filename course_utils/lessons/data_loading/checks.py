@@ -41,6 +41,7 @@ from .probes import (
     Bookended,
     DeviceFaults,
     TransferSpy,
+    no_parallel_reason,
     parallel_speedup,
     stand_in_part,
     uint8_batch,
@@ -199,12 +200,7 @@ def _speed_part(make_loader: Callable, device: torch.device):
         time.sleep(1.0)  # a burst of other work may pass: look once more
         parallel = max(parallel, parallel_speedup())
     if parallel < least:
-        return not_applicable(
-            "speed",
-            f"two threads of CPU work ran {parallel:.2f}x as fast as one here (under {least}x: the "
-            "CPU is busy with other programs or has one core), so no loader could show a "
-            "multi-process speedup; not timed",
-        )
+        return not_applicable("speed", f"{no_parallel_reason(parallel, least)}; not timed")
     dataset = decode_heavy()
     loader, baseline, runs = make_loader(dataset, BATCH, device), plain_loader(dataset, BATCH), []
 

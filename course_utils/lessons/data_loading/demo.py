@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import textwrap
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -21,6 +22,7 @@ from ...data import CIFAR_MEAN, CIFAR_STD, OfflineImages, close_loader, train_tr
 from ...device import SimulatedAccelerator
 from ...measure import knee, time_fn
 from ...mode import pick
+from .probes import no_parallel_reason, parallel_speedup
 
 STORED_SIZE = 96  # px: JPEGs stored at 96x96 and resized to 32x32, so decoding dominates
 BATCH = 64  # images per batch in every measurement of this lesson
@@ -204,6 +206,24 @@ def worker_knee(rows: list[dict], within: float = 0.10) -> int:
     return knee({r["num_workers"]: r["epoch_s"] for r in rows}, within, higher_is_better=False)
 
 
+def knee_label(rows: list[dict]) -> tuple[int | None, str]:
+    """The sweep's knee and how the plot names it; None where no worker count beat
+    num_workers=0: then there is no knee, and where this CPU cannot run two threads in
+    parallel now (parallel_speedup, as check 03-fast-loader measures it), the label says so
+    in the check's words."""
+    k = worker_knee(rows)
+    if k > 0:
+        return k, f"knee: {k} workers"
+    from .checks import THRESHOLDS  # checks imports this module
+
+    least, parallel = THRESHOLDS["min_parallel"].value, parallel_speedup()
+    if parallel < least:
+        why = f"{no_parallel_reason(parallel, least)} (check 03-fast-loader: not timed)"
+    else:
+        why = "num_workers=0 ran within 10% of the fastest epoch, so workers bought nothing here"
+    return None, f"no knee: {why}"
+
+
 class Traced(Dataset):
     """`dataset`'s items, labelled with (index, process id) instead of the class, so that a
     check can observe which items came, in which order, and which process loaded them."""
@@ -218,15 +238,18 @@ class Traced(Dataset):
         return self.dataset[i][0], torch.tensor([i, os.getpid()])
 
 
-def plot_sweep(rows: list[dict]):
+def plot_sweep(rows: list[dict], knee: tuple[int | None, str] | None = None):
+    """Epoch and start-up time against workers; `knee`: knee_label(rows), if the caller has
+    printed it already (one measurement, so the text and the figure agree)."""
     import matplotlib.pyplot as plt
 
     n = [r["num_workers"] for r in rows]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.5))
     left.plot(n, [r["epoch_s"] for r in rows], "o-", label="epoch (workers running)")
     left.plot(n, [r["startup_s"] for r in rows], "s--", label="first batch (start-up)")
-    k = worker_knee(rows)
-    left.axvline(k, color="grey", linestyle=":", label=f"knee: {k} workers")
+    k, label = knee or knee_label(rows)
+    if k is not None:
+        left.axvline(k, color="grey", linestyle=":", label=label)
     left.set(
         xlabel="num_workers", ylabel="seconds", title=f"{usable_cpus()} CPUs: epoch time vs workers"
     )
@@ -235,7 +258,9 @@ def plot_sweep(rows: list[dict]):
     for ax in (left, right):
         ax.grid(alpha=0.3)
     left.legend()
-    fig.tight_layout()
+    if k is None:  # no knee to mark: say why under the plots
+        fig.text(0.01, 0.02, textwrap.fill(label, 140), fontsize=8, va="bottom")
+    fig.tight_layout(rect=(0, 0.1 if k is None else 0, 1, 1))
     return fig
 
 

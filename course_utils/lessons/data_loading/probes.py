@@ -78,6 +78,16 @@ def parallel_speedup(seconds: float = 0.1) -> float:
     return 2 * serial / parallel
 
 
+def no_parallel_reason(parallel: float, least: float) -> str:
+    """Why no loader can show a multi-process speed-up here: two threads ran under `least`x
+    as fast as one (`parallel`, from parallel_speedup)."""
+    return (
+        f"two threads of CPU work ran {parallel:.2f}x as fast as one here (under {least}x: the "
+        "CPU is busy with other programs or has one core), so no loader could show a "
+        "multi-process speedup"
+    )
+
+
 def _nb_flag(func_name: str, args: tuple, kwargs: dict) -> bool:
     if "non_blocking" in kwargs:
         return bool(kwargs["non_blocking"])

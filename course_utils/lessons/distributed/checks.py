@@ -75,6 +75,7 @@ def check_ddp_script(script, *, timeout_s: float | None = None) -> list[Part]:
         cfg = workload.Config(epochs=2, batch_size=32, lr=0.1, seed=0)
         cfg.checkpoint = Path(out) / "checkpoint.pt"
         timeout = timeout_s or THRESHOLDS["launch_timeout_s"].value
+        print(f"launching {script.name} on {WORLD} processes under torchrun ...")  # 5-20 s
         # beside the real launch, one process whose training the check makes fail
         failing = start_alone(
             script, _args(cfg, Path(out) / "failing.pt"), timeout_s=timeout, env=_failing_env()
@@ -174,6 +175,7 @@ def check_no_sync(path, *, timeout_s: float | None = None) -> list[Part]:
     path = Path(path).resolve()
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: run the %%writefile cell first")
+    print(f"launching {path.name} on {WORLD} processes under torchrun ...")  # 5-20 s
     result = measure_no_sync([path], timeout_s)[str(path)]
     if "launch" in result:
         launch = result["launch"]

@@ -91,6 +91,8 @@ class Scaling:
 
 def measure_scaling(timeout_s: float = 180) -> Scaling:
     """Launch bench.py on 2 processes (about 5 s on an idle 2-core CPU, more when loaded)."""
+    # each process imports torch before the first step: say so, or the cell looks hung
+    print("launching the benchmark: 2 processes under torchrun, each importing torch ...")
     with tempfile.TemporaryDirectory(prefix="course06-") as out:
         report = Path(out) / "bench.json"
         args = ["--out", report, "--rounds", pick(quick=5, full=15)]
