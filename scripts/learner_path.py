@@ -31,6 +31,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 
+INTRO = (
+    "Each learner copy run top to bottom with no parameters and no test runner in the kernel "
+    "(course_utils.learner_run), one notebook at a time. The model column is the run-time "
+    "estimator before `CPU_RATIO` (course_utils/selftest/estimate.py), which is read from "
+    "measured / model here; a run stopped at its deadline ('>') gives a lower bound, and the "
+    "ratio is then max(1, bound / model)."
+)
+
+
 def commit() -> str:
     out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True)
     dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True)
@@ -73,17 +82,19 @@ def _silence(cell) -> float:
 
 
 def table(rows: list[dict]) -> str:
+    """One line per run. `model`: the estimator before CPU_RATIO; `estimate`: with it (the
+    same where the run predates the ratio); measured / model is what CPU_RATIO is read from."""
     lines = [
-        "| notebook | mode | estimate (s) | measured (s) | measured / estimate | budget (s) "
-        "| errors | longest silence (s) | busy process beside | load (1-min avg, before / after) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| notebook | mode | model (s) | estimate (s) | measured (s) | measured / model "
+        "| budget (s) | errors | longest silence (s) | busy process beside | load (before / after) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         bound = "" if r["finished"] else ">"
-        est = r["estimate_s"]
-        ratio = f"{bound}{r['measured_s'] / est:.2f}" if est else "-"
+        model = r.get("model_s") or r["estimate_s"]
         lines.append(
-            f"| {r['notebook']} | {r['mode']} | {est:.0f} | {bound}{r['measured_s']:.0f} | {ratio} "
+            f"| {r['notebook']} | {r['mode']} | {model:.0f} | {r['estimate_s']:.0f} "
+            f"| {bound}{r['measured_s']:.0f} | {bound}{r['measured_s'] / model:.2f} "
             f"| {r['budget_s']:.0f} | {len(r['errors'])} | {r['slowest_silence_s']:.1f} "
             f"| {'yes' if r.get('busy_process_beside') else 'no'} "
             f"| {r['load'][0]} / {r['load'][1]} |"
@@ -121,6 +132,7 @@ def main() -> int:
     parser.add_argument("--busy", action="store_true", help="one busy process beside each run")
     parser.add_argument("--out", type=Path, default=ROOT / "docs/results/learner-path-cpu.md")
     parser.add_argument("--merge", action="store_true", help="add to the rows in --out")
+    parser.add_argument("--note", action="append", default=[], help="a line for the notes")
     args = parser.parse_args()
     only = {p.strip() for p in args.only.split(",") if p.strip()}
     notebooks = [
@@ -136,15 +148,31 @@ def main() -> int:
         else:
             rows.append(measure(path, args.mode, args.deadline, busy=False))
         print(table(rows[-1:]).splitlines()[-1], flush=True)
+    notes = args.note
     if args.merge:
         rows = merged(args.out, rows)
-    head = provenance()
-    text = "# The learner's path, measured\n\n" + "\n".join(f"- {k}: {v}" for k, v in head.items())
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text + "\n\n" + table(rows) + "\n")
-    args.out.with_suffix(".json").write_text(json.dumps({**head, "rows": rows}, indent=1))
+        notes = old_notes(args.out) + notes
+    head = {**provenance(), "notes": notes}
+    write(args.out, head, rows)
     print(f"wrote {args.out}")
     return 0 if all(not r["errors"] for r in rows) else 1
+
+
+def old_notes(out: Path) -> list[str]:
+    path = out.with_suffix(".json")
+    return json.loads(path.read_text()).get("notes", []) if path.exists() else []
+
+
+def write(out: Path, head: dict, rows: list[dict]) -> None:
+    """The table as .md (the intro, provenance, notes) and every field as .json beside it."""
+    facts = "\n".join(f"- {k}: {v}" for k, v in head.items() if k != "notes")
+    notes = "".join(f"\n- {n}" for n in head.get("notes", []))
+    text = f"# The learner's path, measured\n\n{INTRO}\n\n{facts}\n"
+    if notes:
+        text += f"\nNotes:{notes}\n"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n" + table(rows) + "\n")
+    out.with_suffix(".json").write_text(json.dumps({**head, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

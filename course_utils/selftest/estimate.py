@@ -63,10 +63,11 @@ HOST_PROBE_REF_S = Threshold(
 )
 CPU_MARGIN = Threshold(
     3.0,
-    "the auto mode gives a CPU full mode only if 3x the estimate fits the budget: the "
-    "estimate may be 2x short (docs/results/learner-path-cpu.md, estimate vs measured per "
-    "notebook) and a laptop is rarely idle (one busy process beside a 2-core run: "
-    "docs/results/learner-path-cpu-busy.md); in doubt, a CPU runs quick",
+    "the auto mode gives a CPU full mode only if 3x the estimate fits the budget: before "
+    "CPU_RATIO the model was off by 0.09-6x per notebook, and the ratios leave the error of "
+    "a CPU unlike the reference (docs/results/learner-path-cpu.md); one busy process beside a "
+    "2-core Run All made it 1.3-1.5x slower (00 full 26 -> 38 s, 06 full 34 -> 45 s, 01 "
+    "quick 54 -> 68 s: docs/results/learner-browser-*-cpu-bf16-amd-epyc.md); in doubt, quick",
     measured_on=("cpu-bf16",),
 )
 # On a CPU the model above runs short: convolutions at large batch reach far less than half of
