@@ -16,9 +16,12 @@ ROOT = Path(__file__).resolve().parents[1]
 LEARNER = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 pytestmark = pytest.mark.timeout(1800)
-# CI grades the untouched copies with --checks-only (demo cells skipped: 40 s instead of 160 s
-# of its 20 minutes); COURSE_TESTS=all runs every demo too, on the lessons' reference answers.
+# CI grades three untouched copies with --checks-only (demo cells skipped): 02 (a class as an
+# answer), 06 (files written by %%writefile, checked under torchrun) and 11 (the capstone).
+# tests/test_learner_path.py runs every untouched copy as a learner does, and COURSE_TESTS=all
+# grades all twelve here, every demo included, on the lessons' reference answers.
 ALL = os.environ.get("COURSE_TESTS") == "all"
+IN_CI = ("02_batch_size", "06_ddp", "11_capstone")
 
 
 def _rows(out: Path) -> list[dict]:
@@ -32,7 +35,8 @@ def test_untouched_learner_notebooks_grade_not_attempted(tmp_path):
     timing is graded here."""
     subs = tmp_path / "subs"
     subs.mkdir()
-    for nb in LEARNER:
+    chosen = [nb for nb in LEARNER if ALL or nb.stem in IN_CI]
+    for nb in chosen:
         shutil.copy(nb, subs / nb.name)
     grade(
         [subs],
@@ -44,7 +48,7 @@ def test_untouched_learner_notebooks_grade_not_attempted(tmp_path):
         checks_only=not ALL,
     )
     rows = _rows(tmp_path / "out")
-    assert {r["notebook"] for r in rows} == {nb.stem for nb in LEARNER}
+    assert {r["notebook"] for r in rows} == {nb.stem for nb in chosen}
     assert {r["status"] for r in rows} == {"not-attempted"}, [
         r for r in rows if r["status"] != "not-attempted"
     ]
