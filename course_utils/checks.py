@@ -5,8 +5,8 @@ code and returns its parts (`correct(...)`, `at_least(...)`, `not_applicable(...
 decorator turns the outcome into one CheckResult: it prints a verdict a beginner can read,
 emits the structured result (mimetype MIME) that `course grade` reads, and raises
 CheckFailed for a failure, so nbval marks the cell (a not-attempted check raises only under a
-test runner: `stops_the_run`). Demos use the learner's answer once its check passed it
-(`learner_or_reference`), the lesson's reference answer until then.
+test runner: `stops_the_run`). Each verdict is recorded in `answers`, whose
+`learner_or_reference` lets demos use the learner's answer once its check passed it.
 
 Every check is registered by its id in REGISTRY (the `grade_id` of its locked cell). A
 lesson's reference answers are marked `@reference`: while a check runs the learner's code
@@ -26,12 +26,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .answers import USES_REFERENCE, learner_or_reference, record, verdict_of
 from .device import DEVICE_CLASSES, device_class
 from .errors import CheckFailed, HeldOutUsed, ReferenceUsed
 from .mode import untimed_reason
 from .protocol import ERROR, FAILED, MIME, NOT_APPLICABLE, NOT_ATTEMPTED, PASSED
 
 REGISTRY: dict[str, Callable] = {}  # check id -> the decorated check
+__all__ = ["USES_REFERENCE", "learner_or_reference", "verdict_of"]  # re-exported from answers
 
 
 @dataclass(frozen=True)
@@ -113,45 +115,6 @@ def _as_learner(fn: Callable) -> Callable:
 def _guard(arg):
     plain = inspect.isfunction(arg) or inspect.ismethod(arg) or isinstance(arg, functools.partial)
     return _as_learner(arg) if plain and not getattr(arg, "is_reference", False) else arg
-
-
-# --- demos use the learner's answer once its check has passed it --------------------------
-
-_verdicts: dict[int, tuple[object, str]] = {}  # id(answer) -> (answer, its last check's status)
-
-
-def _record(answers: list, status: str) -> None:
-    """Remember the verdict of each function or class a check was given (kept alive, so an
-    id is never reused by another object)."""
-    for answer in answers:
-        if callable(answer):
-            _verdicts[id(answer)] = (answer, status)
-
-
-def verdict_of(answer) -> str | None:
-    """The status of the last check run on this very object in this kernel, or None."""
-    kept = _verdicts.get(id(answer))
-    return kept[1] if kept is not None and kept[0] is answer else None
-
-
-def learner_or_reference(answer, reference, what: str):
-    """`answer` if a check passed it in this kernel, else `reference`, saying why.
-
-    The check decides, not a probe: a stub that happens not to raise on some input is still
-    unsolved, and an answer redefined after its check is unchecked until the check runs again.
-    Works for functions and classes alike (the chosen object itself is returned)."""
-    status = verdict_of(answer)
-    if status in (PASSED, NOT_APPLICABLE):
-        return answer
-    why = {
-        None: "has not been through its check yet (run the check cell below it)",
-        NOT_ATTEMPTED: "is not written yet",
-    }.get(status, f"has not passed its check yet ({status})")
-    print(f"({what} {why}: {USES_REFERENCE}.)")
-    return reference
-
-
-USES_REFERENCE = "this demo uses the lesson's reference answer"
 
 
 # --- Run All goes on past an exercise not yet written ---------------------------------------
@@ -407,7 +370,7 @@ def check(check_id: str, points: float, hint: str = "") -> Callable:
                     hint,
                 )
             emit(result)
-            _record(answers, result.status)
+            record(answers, result.status)
             if stops_the_run(result.status):
                 raise CheckFailed(check_id, result.status, result.message) from None
             return result

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import nbformat
 
+from .answers import USES_REFERENCE
 from .authoring import check_id_of, has_solution, learner_copy
-from .checks import USES_REFERENCE
 from .demos import is_demo
 from .protocol import CHECK_MARKER, MIME
 
