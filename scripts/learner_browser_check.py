@@ -32,6 +32,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from course_utils import learner_run
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "jupyterlab-check"
 RUN_SH = SHARED / "run.sh"
@@ -39,13 +41,7 @@ DEFAULT_OUT = ROOT / "report" / "learner-browser"
 
 # What a test runner or the caller's own mode choice would leak into the learner's kernel
 # (course_utils.learner_run.NOT_A_LEARNERS, plus a forced matplotlib backend).
-NOT_A_LEARNERS = (
-    "PYTEST_VERSION",
-    "PYTEST_CURRENT_TEST",
-    "COURSE_QUICK",
-    "COURSE_STRICT_CHECKS",
-    "MPLBACKEND",
-)
+NOT_A_LEARNERS = (*learner_run.NOT_A_LEARNERS, "MPLBACKEND")
 MODEL_ENV = "LEARNER_BROWSER_MODEL_OUT"
 VERDICT = re.compile(r"^(✏️|✅|❌|💥|➖) Check (\S+): ([\w-]+)")
 
