@@ -247,7 +247,7 @@ def test_slowest_op_check_passes_self_time_answers(valid):
     ("wrong", "cause"),
     [
         (by_total_time, "total* time includes everything"),
-        (slowest_single_call, "slowest one by one"),
+        (slowest_single_call, "one by one"),
         (lambda step: "aten::addmm", "measure rather than guess"),
         (first_row, "self time"),
         (lambda step: "matmul", "no operator named"),

@@ -103,16 +103,19 @@ def _autotune(x: torch.Tensor, seconds: float) -> torch.Tensor:
 ONE_OFF_OP = "course::autotune"
 
 
-def with_one_off(step: Callable[[], None], seconds: float) -> Callable[[], None]:
-    """`step`, whose first call also runs ONE_OFF_OP for `seconds`: a profile of that first
-    call shows the one-off cost on top; a profile after a warm-up call does not."""
+def with_one_off(step: Callable[[], None], times: float) -> Callable[[], None]:
+    """`step`, whose first call also runs ONE_OFF_OP for `times` the seconds that call's step
+    took: sized from the very call it is in, the one-off cost tops a profile of that first call
+    however loaded the machine (a stall that slows the step lengthens it too), and a profile
+    after a warm-up call does not show it."""
     calls, token = [0], torch.zeros(1)
 
     def first_call_slow() -> None:
         calls[0] += 1
-        if calls[0] == 1:
-            torch.ops.course.autotune(token, seconds)
+        start = time.perf_counter()
         step()
+        if calls[0] == 1:
+            torch.ops.course.autotune(token, min(times * (time.perf_counter() - start), 2.0))
 
     return first_call_slow
 
@@ -161,6 +164,21 @@ def hidden_op_steps() -> dict[str, Callable[[], None]]:
         "resizing inside the step": resize_in_the_step,
         "full sorts in the loss": sorted_regulariser,
     }
+
+
+def single_call_probe() -> tuple[Callable[[], None], str]:
+    """A step without matmuls whose slowest single call (one sort, ~5 ms) is not its top
+    operator (600 cumsums, ~19 us each, twice the sort's time in all), and that slowest op's
+    name: an answer that follows single calls names it here, a fixed guess names an operator
+    that never ran."""
+    scores, series = torch.randn(60_000), torch.randn(16_384)
+
+    def probe() -> None:
+        scores.sort()
+        for _ in range(600):
+            series.cumsum(0)
+
+    return probe, "aten::sort"
 
 
 # --- where the time goes: torch.profiler and the CUDA-only tools --------------------------
