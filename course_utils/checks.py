@@ -126,8 +126,10 @@ def stops_the_run(status: str) -> bool:
     Failed and errored checks always raise. A not-attempted check raises only under a test
     runner, so that `pytest --nbval-lax` counts it: pytest (>= 8.2) sets $PYTEST_VERSION for
     its run, and the kernels nbval starts inherit it; $COURSE_STRICT_CHECKS=1 forces it. In
-    JupyterLab or Colab it shows its verdict and Run All goes on to the demos below."""
-    if status in (PASSED, NOT_APPLICABLE):
+    JupyterLab or Colab it shows its verdict and Run All goes on to the demos below. Under
+    the grader ($COURSE_GRADING=1) no check raises: a result counts only from a check cell
+    that completed without an error (course_utils.grading.results)."""
+    if status in (PASSED, NOT_APPLICABLE) or os.environ.get("COURSE_GRADING") == "1":
         return False
     if status == NOT_ATTEMPTED:
         return bool(os.environ.get("PYTEST_VERSION") or os.environ.get("COURSE_STRICT_CHECKS"))
@@ -147,6 +149,8 @@ class Part:
     message: str
     value: float | None = None
     threshold: float | None = None
+    unit: str = ""  # of value and threshold, as the message writes it: "x", " ms", " B"
+    better: str = ""  # "higher", "lower" or "" (protocol.BETTER)
 
 
 @dataclass
@@ -163,6 +167,8 @@ class CheckResult:
     value: float | None = None
     threshold: float | None = None
     parts: list[Part] = field(default_factory=list)
+    unit: str = ""  # of the main part's value and threshold (Part.unit)
+    better: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -204,10 +210,18 @@ class CheckResult:
 
 
 def correct(
-    name: str, ok: bool, message: str, *, value: float | None = None, threshold: float | None = None
+    name: str,
+    ok: bool,
+    message: str,
+    *,
+    value: float | None = None,
+    threshold: float | None = None,
+    unit: str = "",
+    better: str = "",
 ) -> Part:
-    """A correctness part: passes when `ok`."""
-    return Part(name, PASSED if ok else FAILED, message, value, threshold)
+    """A correctness part: passes when `ok`. `unit` and `better` say, in the feedback table,
+    what the value and threshold are (e.g. unit=" s"; better="lower" for an error)."""
+    return Part(name, PASSED if ok else FAILED, message, value, threshold, unit, better)
 
 
 def at_least(
@@ -228,7 +242,13 @@ def at_least(
         applies, reason = False, untimed_reason()
     if not applies:
         return Part(
-            name, NOT_APPLICABLE, f"{measured}; not graded here: {reason}", value, threshold
+            name,
+            NOT_APPLICABLE,
+            f"{measured}; not graded here: {reason}",
+            value,
+            threshold,
+            unit,
+            "higher",
         )
     ok = value >= threshold
     verdict = "at least" if ok else "below"
@@ -238,6 +258,8 @@ def at_least(
         f"{measured}, {verdict} the {threshold:.3g}{unit} expected",
         value,
         threshold,
+        unit,
+        "higher",
     )
 
 
@@ -248,7 +270,7 @@ def at_most(
     it is a time or a ratio of times, not graded where no timing is (`untimed_reason`)."""
     if timed and untimed_reason():
         message = f"{what}: measured {value:.4g}{unit}; not graded here: {untimed_reason()}"
-        return Part(name, NOT_APPLICABLE, message, value, threshold)
+        return Part(name, NOT_APPLICABLE, message, value, threshold, unit, "lower")
     ok = value <= threshold
     verdict = "within" if ok else "above"
     return Part(
@@ -257,6 +279,8 @@ def at_most(
         f"{what}: measured {value:.4g}{unit}, {verdict} the {threshold:.4g}{unit} allowed",
         value,
         threshold,
+        unit,
+        "lower",
     )
 
 
@@ -315,6 +339,8 @@ def _summarise(check_id: str, points: float, hint: str, parts: list[Part]) -> Ch
         main.value if main else None,
         main.threshold if main else None,
         parts,
+        main.unit if main else "",
+        main.better if main else "",
     )
 
 

@@ -68,9 +68,10 @@ def _grade(args) -> int:
             dask=args.dask,
             shard=args.shard,
             allow_mixed_devices=args.allow_mixed_devices,
+            lesson=args.lesson,
         )
     except KeyboardInterrupt:
-        from .outbox import STATE_FILE
+        from .grading.outbox import STATE_FILE
 
         print(
             f"course grade: interrupted; what was graded is kept in {Path(args.out)}/**/{STATE_FILE}: "
@@ -84,7 +85,7 @@ def _grade(args) -> int:
 
 def _merge(args) -> int:
     """`course grade merge OUT`: the shards under OUT into OUT/grades.csv; 1 if any lacks."""
-    from .shards import merge
+    from .grading.shards import merge
 
     if len(args.paths) != 2:
         raise UsageError("usage: course grade merge OUT (the --out folder the shards wrote to)")
@@ -126,7 +127,7 @@ def _selftest(args) -> int:
 
 
 def _export(args) -> int:
-    from .gradescope import export
+    from .grading.gradescope import export
 
     print(
         export(
@@ -195,6 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-mixed-devices",
         action="store_true",
         help="accept workers or shards of different device classes",
+    )
+    p.add_argument(
+        "--lesson",
+        metavar="NN",
+        help="every submission answers this lesson (08 or its name): an unreadable one still "
+        "counts 0 of its points",
     )
     p.set_defaults(run=_grade)
 

@@ -23,7 +23,7 @@ import nbformat
 
 from .answers import USES_REFERENCE
 from .authoring import check_id_of, has_solution, learner_copy
-from .demos import is_demo
+from .grading.demos import is_demo
 from .protocol import CHECK_MARKER, MIME
 
 # What a test runner or the caller's own mode choice would leak into the learner's kernel.

@@ -33,7 +33,12 @@ RESULT_FIELDS = (
     "value",
     "threshold",
     "parts",
+    "unit",
+    "better",
 )
+# `better`: how a value compares with its threshold: "higher" (at least), "lower" (at most),
+# "" (a target or an exact answer: the message says how close)
+BETTER = ("higher", "lower", "")
 # grades.csv, one row per submission x check, in this order.
 GRADE_COLUMNS = (
     "submission",

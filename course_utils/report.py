@@ -84,9 +84,9 @@ class Report:
 
 def run_notebook(path: Path, out: Path, *, quick: bool, timeout: float) -> NotebookRun:
     """Execute one solution notebook as the grader would, and read what it measured."""
-    from .grading import read_results
-    from .isolated import execute_isolated
-    from .restore import restore_checks
+    from .grading.isolated import execute_isolated
+    from .grading.restore import restore_checks
+    from .grading.results import read_results
 
     lesson, sol = path.stem, read(path)
     prepared, _ = restore_checks(sol, sol, lesson)
@@ -106,7 +106,7 @@ def run_notebook(path: Path, out: Path, *, quick: bool, timeout: float) -> Noteb
         import nbformat
 
         nbformat.write(executed, str(out / "executed" / path.name))
-    checks = read_results(nb, sol, lesson, status, timeout)  # parts kept: headlines read them
+    checks = read_results(executed, sol, lesson, status, timeout)  # parts kept: headlines read them
     run = NotebookRun(lesson, status["outcome"], status.get("detail", ""), seconds, checks)
     for old in (out / "plots").glob(f"{lesson}-*.png"):
         old.unlink()

@@ -33,8 +33,9 @@ from course_utils.checks import check, correct
 
 @check("toy-double", points=1, hint="Return x + x.")
 def check_double(double):
-    got = double(3)
-    return [correct("double(3)", got == 6, f"double(3) returned {got!r}, expected 6")]
+    got = double(3)  # a number, as every check compares numbers: not an object's own __eq__
+    ok = type(got) is int and got == 6
+    return [correct("double(3)", ok, f"double(3) returned {got!r}, expected 6")]
 
 
 @check("toy-square", points=2, hint="Return x * x.")

@@ -154,6 +154,7 @@ def test_grade_passes_paths_and_options_to_the_grading_library(fake_library, cap
         "dask": None,
         "shard": None,
         "allow_mixed_devices": False,
+        "lesson": None,
     }
     assert "graded" in capsys.readouterr().out
 
@@ -171,6 +172,7 @@ def test_grade_defaults(fake_library):
         "dask": None,
         "shard": None,
         "allow_mixed_devices": False,
+        "lesson": None,
     }
 
 

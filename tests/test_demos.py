@@ -15,8 +15,8 @@ import nbformat
 import pytest
 
 from course_utils.authoring import code, read, write
-from course_utils.demos import SKIPPED, is_demo, names, skip_demos, skippable
 from course_utils.grading import grade
+from course_utils.grading.demos import SKIPPED, is_demo, names, skip_demos, skippable
 from course_utils.learner_run import half_solved
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,11 +24,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils import autograder, gradescope
 from course_utils.authoring import check_id_of, code, read
 from course_utils.cli import main
 from course_utils.errors import UsageError
-from course_utils.grading import grade
+from course_utils.grading import autograder, grade, gradescope
 from course_utils.mode import UNTIMED_PLATFORMS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -216,7 +215,10 @@ def test_the_zip_ships_the_course_source_and_only_its_lessons_solution(zips):
         names = set(zf.namelist())
         config = json.loads(zf.read("autograder.json"))
     assert {"course/pyproject.toml", "course/README.md"} <= names
-    assert {"course/course_utils/autograder.py", "course/course_utils/grading.py"} <= names
+    assert {
+        "course/course_utils/grading/autograder.py",
+        "course/course_utils/grading/submission.py",
+    } <= names
     assert not any("__pycache__" in n for n in names)
     assert {n for n in names if n.startswith("solutions/")} == {
         "solutions/08_gradient_clipping.ipynb"

@@ -17,7 +17,7 @@ from grading_fixtures import CELL_TIMEOUT, TOY, make_course
 
 from course_utils.authoring import learner_copy, read
 from course_utils.grading import grade
-from course_utils.restore import restore_checks
+from course_utils.grading.restore import restore_checks
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -85,13 +85,28 @@ def test_grade_marks_checks_after_dead_kernel_missing(graded):
     assert status(graded, "solved_dies", "toy-double")["status"] == "passed"
 
 
-def test_grade_gives_unreadable_file_one_error_row(graded):
+def test_grade_gives_an_unreadable_file_zero_of_its_lessons_points(graded):
+    """Its lesson told by its file name: a row per check at 0 of its points, and the fix."""
     rows = [r for r in graded["rows"] if r["submission"] == f"corrupt_{TOY}"]
-    assert (
-        len(rows) == 1
-        and rows[0]["status"] == "error"
-        and "not a readable notebook" in rows[0]["message"]
+    assert [r["check"] for r in rows] == ["toy-double", "toy-square"]
+    assert {r["status"] for r in rows} == {"error"}
+    assert sum(float(r["max_points"]) for r in rows) == 3
+    assert all(
+        "not a readable notebook" in r["message"] and "Download" in r["message"] for r in rows
     )
+    summary = (graded["root"] / "out" / "summary.csv").read_text()
+    assert f"corrupt_{TOY},toy_lesson,0,3,0.0" in summary
+
+
+def test_an_unreadable_file_counts_against_the_lesson_given_by_flag(tmp_path):
+    solutions, _ = make_course(tmp_path)
+    sub = tmp_path / "frank_homework.ipynb"
+    sub.write_text("{ not json", encoding="utf-8")
+    out = tmp_path / "out"
+    grade([sub], out=out, solutions=solutions, cell_timeout=CELL_TIMEOUT)
+    assert "frank_homework.ipynb,,0,0," in (out / "summary.csv").read_text()  # lesson unknown
+    grade([sub], out=out, solutions=solutions, cell_timeout=CELL_TIMEOUT, lesson="toy_lesson")
+    assert "frank_homework.ipynb,toy_lesson,0,3,0.0" in (out / "summary.csv").read_text()
 
 
 def test_grade_restores_deleted_and_weakened_checks(graded):
@@ -103,9 +118,11 @@ def test_grade_restores_deleted_and_weakened_checks(graded):
     assert "edited this locked check cell" in text and "was missing from your notebook" in text
 
 
-def test_grade_ignores_printed_and_displayed_fake_results(graded):
-    assert status(graded, "forged", "toy-square")["status"] == "not-attempted"
-    assert status(graded, "forged", "toy-double")["status"] == "passed"
+def test_a_notebook_that_displays_a_forged_result_earns_nothing_and_is_told_where(graded):
+    for check in ("toy-square", "toy-double"):
+        row = status(graded, "forged", check)
+        assert row["status"] == "error" and float(row["points"]) == 0
+        assert "forges check results" in row["message"] and "cell 9: line 2" in row["message"]
 
 
 def test_grade_never_changes_a_submission(graded):
@@ -155,7 +172,8 @@ def test_grade_rejects_missing_path(tmp_path):
 
 def test_grading_settings_change_with_the_harness_code_and_the_device_class(tmp_path, monkeypatch):
     """A fixed threshold or check body, or another device class, must not reuse old grades."""
-    from course_utils import device, grading
+    from course_utils import device
+    from course_utils.grading import settings as grading
 
     sol = tmp_path / "toy.ipynb"
     sol.write_text("{}")
@@ -171,9 +189,9 @@ def test_grading_settings_change_with_the_harness_code_and_the_device_class(tmp_
 
 
 def test_regrading_after_a_check_changed_grades_again(graded, monkeypatch):
-    from course_utils import grading
+    from course_utils.grading import serial
 
-    monkeypatch.setattr(grading, "grading_settings", lambda *a, **k: "a threshold was fixed")
+    monkeypatch.setattr(serial, "grading_settings", lambda *a, **k: "a threshold was fixed")
     sub = graded["subs"] / f"solved_{TOY}"
     summary = grade(
         [sub], out=graded["root"] / "out", solutions=graded["solutions"], cell_timeout=CELL_TIMEOUT
@@ -187,16 +205,15 @@ def test_parallel_grading_touches_its_state_only_from_the_main_thread(tmp_path, 
     import threading
     import time as _time
 
-    from course_utils import grading, outbox
+    from course_utils.grading import outbox, serial
+    from course_utils.grading.records import Graded, Row
 
     seen_gpus, dumped_from = [], set()
 
     def fake_grade_submission(name, filename, data, sols, run, **kw):
         seen_gpus.append(kw["gpu"])
         _time.sleep(0.05)
-        return grading.Graded(
-            [grading.Row(name, "toy", "toy-double", "passed", 1, 1, None, None, "cpu", "")]
-        )
+        return Graded([Row(name, "toy", "toy-double", "passed", 1, 1, None, None, "cpu", "")])
 
     real_dumps = outbox.json.dumps
 
@@ -204,8 +221,8 @@ def test_parallel_grading_touches_its_state_only_from_the_main_thread(tmp_path, 
         dumped_from.add(threading.current_thread() is threading.main_thread())
         return real_dumps(obj, **kw)
 
-    monkeypatch.setattr(grading, "grade_submission", fake_grade_submission)
-    monkeypatch.setattr(grading, "_gpu_count", lambda: 2)
+    monkeypatch.setattr(serial, "grade_submission", fake_grade_submission)
+    monkeypatch.setattr(serial, "gpu_count", lambda: 2)
     monkeypatch.setattr(outbox.json, "dumps", dumps)
     solutions, subs = make_course(tmp_path)
     grade([subs], out=tmp_path / "out", solutions=solutions, jobs=3)
@@ -215,7 +232,8 @@ def test_parallel_grading_touches_its_state_only_from_the_main_thread(tmp_path, 
 
 def test_an_interrupted_run_continues_from_its_state_file(tmp_path, monkeypatch):
     """Ctrl-C mid-run: what was graded is in the state file, and a rerun grades only the rest."""
-    from course_utils import grading, outbox
+    from course_utils.grading import outbox, serial
+    from course_utils.grading.records import Graded, Row
 
     calls = []
 
@@ -223,12 +241,10 @@ def test_an_interrupted_run_continues_from_its_state_file(tmp_path, monkeypatch)
         calls.append(name)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return grading.Graded(
-            [grading.Row(name, "toy", "toy-double", "passed", 1, 1, None, None, "cpu", "")]
-        )
+        return Graded([Row(name, "toy", "toy-double", "passed", 1, 1, None, None, "cpu", "")])
 
-    monkeypatch.setattr(grading, "grade_submission", fake_grade_submission)
-    monkeypatch.setattr(grading, "grading_settings", lambda *a, **k: "fixed")
+    monkeypatch.setattr(serial, "grade_submission", fake_grade_submission)
+    monkeypatch.setattr(serial, "grading_settings", lambda *a, **k: "fixed")
     solutions, subs = make_course(tmp_path)
     with pytest.raises(KeyboardInterrupt):
         grade([subs], out=tmp_path / "out", solutions=solutions)

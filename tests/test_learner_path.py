@@ -19,7 +19,7 @@ import pytest
 
 from course_utils import learner_run
 from course_utils.authoring import check_id_of, read
-from course_utils.demos import names
+from course_utils.grading.demos import names
 
 ROOT = Path(__file__).resolve().parents[1]
 LEARNER = sorted((ROOT / "notebooks").glob("*.ipynb"))

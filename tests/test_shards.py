@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from grading_fixtures import CELL_TIMEOUT, TOY
 
-from course_utils import cli, shards
+from course_utils import cli
 from course_utils.errors import UsageError
+from course_utils.grading import shards
 
 ROOT = Path(__file__).resolve().parents[1]
 # one per shard of three, plus an unreadable one (no kernel) beside `solved` in shard 2

@@ -161,6 +161,7 @@ def check_accumulation(accumulate_epoch):
                 msg,
                 value=worst,
                 threshold=THRESHOLDS["grad_rel_error"].value,
+                better="lower",
             )
         )
     return parts
@@ -256,6 +257,7 @@ def check_checkpointed_forward(checkpointed_forward):
             else f"{why} (worst relative error {err:.2g})",
             value=err,
             threshold=THRESHOLDS["ckpt_grad_rel_error"].value,
+            better="lower",
         )
     )
     if not ok:
@@ -369,6 +371,8 @@ def _judge(name: str, choice, budget: int, probe, effective: int = EFFECTIVE_BAT
         f"checkpoint={best.checkpoint}: {best.samples_per_s:,.0f} samples/s); needed >= {limit}",
         value=speed,
         threshold=limit,
+        unit="x",
+        better="higher",
     )
 
 

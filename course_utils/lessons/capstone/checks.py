@@ -261,6 +261,7 @@ def check_speedrun(speedrun):
             f"is {target():.0%}",
             value=accuracy,
             threshold=target(),
+            better="higher",
         ),
         at_least(
             "time to target",

@@ -216,6 +216,7 @@ def check_normalise(make_normaliser: Callable) -> list:
             message,
             value=off,
             threshold=tol,
+            better="lower",
         )
     ]
 

@@ -177,6 +177,7 @@ def judge_parameters(launch: Launch, cfg: workload.Config, state: dict, atol: fl
             f"on the same global batches: max |difference| {diff:.1e} <= {atol:.0e}",
             value=diff,
             threshold=atol,
+            better="lower",
         )
     for scale, cause in ((len(ranks), "summed over ranks instead of averaged (DDP already "
                           "averages: no extra all_reduce, no loss * world_size)"),
@@ -207,6 +208,7 @@ def judge_parameters(launch: Launch, cfg: workload.Config, state: dict, atol: fl
         f"batches (> {atol:.0e}): check the loss (mean, not sum) and the optimizer",
         value=diff,
         threshold=atol,
+        better="lower",
     )
 
 

@@ -130,6 +130,7 @@ def check_step_timer(time_step: Callable) -> list:
             + ("" if ok else f": {_timer_diagnosis(measured, time_step)}"),
             value=measured if ok or measured == measured else None,
             threshold=STEP_S,
+            unit=" s",
         )
     ]
     # On a real step of this machine the timer must agree with the harness. The two timers
@@ -220,7 +221,7 @@ def check_activation_bytes(saved_bytes: Callable) -> list:
                 if got is not None
                 else ": return the number of bytes"
             )
-        parts.append(correct(name, ok, message, value=got, threshold=float(expected)))
+        parts.append(correct(name, ok, message, value=got, threshold=float(expected), unit=" B"))
     return parts
 
 
@@ -270,6 +271,7 @@ def check_train_flops(mlp_train_flops: Callable) -> list:
                 message,
                 value=_seconds(got),
                 threshold=float(counted),
+                unit=" FLOPs",
             )
         )
     return parts

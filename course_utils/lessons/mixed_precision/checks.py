@@ -167,7 +167,16 @@ def check_loss_scale(rescued_grads):
             message += "; " + _diagnose_grads(
                 grads, reference, _clean_rerun_ok(rescued_grads, name)
             )
-        parts.append(correct(f"{name} snapshot", worst <= tol, message, value=worst, threshold=tol))
+        parts.append(
+            correct(
+                f"{name} snapshot",
+                worst <= tol,
+                message,
+                value=worst,
+                threshold=tol,
+                better="lower",
+            )
+        )
     return parts
 
 
@@ -257,7 +266,7 @@ def _run_scenario(make_amp_step, name: str, snapshot: str, dtype: torch.dtype) -
             f"; that update is {ratio:.2g}x float32's clipped one: clipping did not "
             "act on the gradients the optimizer used (clip after unscale_, before step)"
         )
-    return correct(name, error <= tol, message, value=error, threshold=tol)
+    return correct(name, error <= tol, message, value=error, threshold=tol, better="lower")
 
 
 def _returned_loss(name: str, returned: list[tuple[object, float]]):
@@ -371,5 +380,9 @@ def check_fp32_island(stable_scores):
         message = f"largest probability error under fp16 autocast: {error:.3g} (allowed {tol})"
         if not error <= tol:
             message += "; " + _diagnose_scores(stable_scores, q, k, error, dtype)
-        parts.append(correct(f"{case} case", error <= tol, message, value=error, threshold=tol))
+        parts.append(
+            correct(
+                f"{case} case", error <= tol, message, value=error, threshold=tol, better="lower"
+            )
+        )
     return parts

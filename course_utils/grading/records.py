@@ -3,12 +3,13 @@ back. Shared by the serial grader, the Dask client, shards and the Gradescope ru
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
-from .protocol import ERROR, GRADE_COLUMNS
+from ..protocol import ERROR, GRADE_COLUMNS
 
 
 @dataclass
@@ -25,8 +26,10 @@ class Row:
     threshold: float | None
     device_class: str
     message: str
-    hint: str = ""  # hint and parts are for the feedback only, not grades.csv columns
+    hint: str = ""  # hint, parts, unit and better are for the feedback, not grades.csv columns
     parts: list = field(default_factory=list)
+    unit: str = ""  # of value and threshold (checks.Part.unit)
+    better: str = ""  # "higher", "lower" or "" (protocol.BETTER)
 
     @classmethod
     def columns(cls) -> list[str]:
@@ -45,7 +48,13 @@ class Submission:
 
     @property
     def slug(self) -> str:
-        return self.name.removesuffix(".ipynb").replace("/", "__").replace("\\", "__")
+        """A file name for its feedback and executed notebook that no other submission's can
+        be: a name with a folder in it or a `__` gets a hash of the whole name, so
+        `x/08_a.ipynb` and `x__08_a.ipynb` never share `x__08_a.md`."""
+        flat = self.name.removesuffix(".ipynb").replace("/", "__").replace("\\", "__")
+        if flat == self.name.removesuffix(".ipynb") and "__" not in flat:
+            return flat
+        return f"{flat}-{hashlib.sha256(self.name.encode('utf-8')).hexdigest()[:8]}"
 
 
 @dataclass

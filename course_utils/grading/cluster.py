@@ -24,20 +24,19 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
-from .errors import UsageError
-from .grading import (
-    RunSettings,
-    _fingerprint,
-    _gpu_count,
-    device_class_of,
-    grade_submission,
-    machine_settings,
-    read_data,
-    settings_string,
-)
+from ..errors import UsageError
 from .outbox import GradeSummary, Outbox
 from .records import Graded, Row, Submission
 from .restore import lesson_for
+from .settings import (
+    RunSettings,
+    device_class_of,
+    fingerprint,
+    gpu_count,
+    machine_settings,
+    settings_string,
+)
+from .submission import grade_submission, read_data
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 # everything a Nanny sets for its workers (distributed.nanny.pre-spawn-environ, and a fixed
@@ -92,13 +91,26 @@ def learner_thread_env() -> dict[str, str | None]:
     return {k: original.get(k) for k in NANNY_VARS}
 
 
+def _key(data: bytes, sol_digest: str, machine: str, run: RunSettings, lesson: str | None) -> str:
+    extra = f"|lesson {lesson}" if lesson else ""
+    return fingerprint(data, settings_string(sol_digest, machine, run.tag()) + extra)
+
+
 def grade_task(
-    name: str, filename: str, data: bytes, solutions: dict, sol_digest: str, run: RunSettings
+    name: str,
+    filename: str,
+    data: bytes,
+    solutions: dict,
+    sol_digest: str,
+    run: RunSettings,
+    lesson: str | None = None,
 ) -> Graded:
     """Runs on a worker: grade one submission and fingerprint it with this machine's settings."""
     machine = machine_settings()
-    graded = grade_submission(name, filename, data, solutions, run, env=learner_thread_env())
-    graded.key = _fingerprint(data, settings_string(sol_digest, machine, run.tag()))
+    graded = grade_submission(
+        name, filename, data, solutions, run, lesson=lesson, env=learner_thread_env()
+    )
+    graded.key = _key(data, sol_digest, machine, run, lesson)
     graded.device_class = graded.device_class or device_class_of(machine)
     return graded
 
@@ -109,7 +121,7 @@ def _local_cluster(workers: int):
     import dask
     from distributed import Nanny, Scheduler, SpecCluster
 
-    gpus = _gpu_count()
+    gpus = gpu_count()
     if gpus and workers > gpus:
         raise UsageError(
             f"--dask local:{workers}: this machine has {gpus} GPU(s); one worker per GPU"
@@ -205,10 +217,12 @@ def _failure_row(sub: Submission, exc: BaseException) -> Graded:
     return Graded([Row.error(sub.name, reason)])
 
 
-def _solutions_for(data: bytes, filename: str, sols: dict) -> dict:
+def _solutions_for(data: bytes, filename: str, sols: dict, lesson: str | None) -> dict:
     """Only the lesson a submission answers travels with its task (all, if unknown)."""
     import nbformat
 
+    if lesson:
+        return {lesson: sols[lesson]}
     try:
         lesson = lesson_for(nbformat.reads(data.decode("utf-8"), as_version=4), filename, sols)
     except Exception:
@@ -225,6 +239,7 @@ def grade_on_dask(
     spec: str,
     *,
     allow_mixed_devices: bool = False,
+    lesson: str | None = None,
 ) -> GradeSummary:
     """Grade `subs` on the cluster `spec`; see the module docstring."""
     try:
@@ -239,7 +254,7 @@ def grade_on_dask(
         todo: deque[tuple[int, Submission, bytes]] = deque()
         for i, sub in enumerate(subs):
             data = read_data(sub)
-            keys = {_fingerprint(data, settings_string(sol_digest, m, run.tag())) for m in machines}
+            keys = {_key(data, sol_digest, m, run, lesson) for m in machines}
             reused = outbox.reusable(sub, keys)
             if reused is None:
                 todo.append((i, sub, data))
@@ -257,10 +272,10 @@ def grade_on_dask(
                 if not todo:
                     return
                 i, sub, data = todo.popleft()
-                sols_needed = _solutions_for(data, sub.path.name, sols)
+                sols_needed = _solutions_for(data, sub.path.name, sols, lesson)
                 future = client.submit(
                     grade_task,
-                    *(sub.name, sub.path.name, data, sols_needed, sol_digest, run),
+                    *(sub.name, sub.path.name, data, sols_needed, sol_digest, run, lesson),
                     key=f"grade-{i}-{sub.slug}",
                     resources={resource: 1},
                     pure=False,

@@ -7,7 +7,7 @@ import copy
 
 import nbformat
 
-from .authoring import check_cells, check_id_of, mark_cells
+from ..authoring import check_cells, check_id_of, mark_cells
 
 
 def lesson_for(nb, filename: str, solutions: dict[str, nbformat.NotebookNode]) -> str | None:

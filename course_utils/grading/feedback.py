@@ -6,17 +6,28 @@ import csv
 from dataclasses import asdict
 from pathlib import Path
 
-from .protocol import GRADE_COLUMNS, NOT_APPLICABLE, PASSED
+from ..protocol import GRADE_COLUMNS, NOT_APPLICABLE, PASSED
 
 
-def _number(value) -> str:
-    """A measured value for the table: numbers to 4 significant digits, anything else as it came
-    (a check may report a value such as "inf" read back from JSON); never an exception."""
+def _number(value, unit: str = "") -> str:
+    """A measured value for the table: numbers to 4 significant digits with their unit, anything
+    else as it came (a check may report a value such as "inf" read back from JSON); never an
+    exception."""
     if value is None:
         return ""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return f"{value:.4g}"
+        return f"{value:.4g}{unit}"
     return str(value)
+
+
+def _expected(r) -> str:
+    """The threshold with its direction: "≥ 1.3x (higher is better)", "≤ 0.5 ms (lower is
+    better)", or the target alone."""
+    if r.threshold is None:
+        return ""
+    sign = {"higher": "≥ ", "lower": "≤ "}.get(r.better, "")
+    direction = f" ({r.better} is better)" if r.better in ("higher", "lower") else ""
+    return f"{sign}{_number(r.threshold, r.unit)}{direction}"
 
 
 def feedback(sub, rows: list, notes: dict[str, str]) -> str:
@@ -32,7 +43,7 @@ def feedback(sub, rows: list, notes: dict[str, str]) -> str:
     lines += ["", "| check | status | points | measured | expected |", "|---|---|---|---|---|"]
     for r in rows:
         lines.append(
-            f"| {r.check or '(notebook)'} | {r.status} | {r.points:g}/{r.max_points:g} | {_number(r.value)} | {_number(r.threshold)} |"
+            f"| {r.check or '(notebook)'} | {r.status} | {r.points:g}/{r.max_points:g} | {_number(r.value, r.unit)} | {_expected(r)} |"
         )
     for r in rows:
         lines += ["", f"## {r.check or 'notebook'}: {r.status}", "", *explain(r, notes)]

@@ -1,4 +1,4 @@
-"""The grading side of a Gradescope autograder (`python -m course_utils.autograder run`),
+"""The grading side of a Gradescope autograder (`python -m course_utils.grading.autograder run`),
 run inside Gradescope's container by the zip's `run_autograder`; `course export gradescope`
 (gradescope.py) writes the zip.
 
@@ -19,13 +19,14 @@ import sys
 import time
 from pathlib import Path
 
-from .authoring import read
+from ..authoring import read
+from ..mode import UNTIMED_PLATFORMS
+from ..protocol import NOT_APPLICABLE, PASSED
 from .feedback import explain
 from .gradescope import CONFIG, AutograderConfig, points_per_check
-from .grading import RunSettings, grade_submission
-from .mode import UNTIMED_PLATFORMS
-from .protocol import NOT_APPLICABLE, PASSED
 from .records import Row, Submission
+from .settings import RunSettings
+from .submission import grade_submission
 
 # the variables run_autograder reads (gradescope.RUN_AUTOGRADER): tests point them elsewhere
 ROOT_ENV, PYTHON_ENV = "COURSE_AUTOGRADER_ROOT", "COURSE_AUTOGRADER_PYTHON"
@@ -192,7 +193,12 @@ def grade_upload(root: Path, config: AutograderConfig, checks: dict[str, float],
     run = RunSettings(config.cell_timeout, config.notebook_timeout, config.quick)
     with _grading_env(config):
         graded = grade_submission(
-            sub.name, sub.path.name, sub.path.read_bytes(), {config.lesson: solution}, run
+            sub.name,
+            sub.path.name,
+            sub.path.read_bytes(),
+            {config.lesson: solution},
+            run,
+            lesson=config.lesson,
         )
     rows, notes = graded.rows, graded.notes
     if len(rows) == 1 and not rows[0].check:  # unreadable, or not this lesson's notebook
@@ -231,7 +237,7 @@ def run(root: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m course_utils.autograder")
+    parser = argparse.ArgumentParser(prog="python -m course_utils.grading.autograder")
     parser.add_argument("command", choices=["run"])
     parser.add_argument("--root", type=Path, default=Path(os.environ.get(ROOT_ENV, "/autograder")))
     args = parser.parse_args(argv)

@@ -16,11 +16,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import UsageError
+from ..errors import UsageError
 from .feedback import write_csvs
-from .grading import RunSettings
 from .outbox import STATE_FILE
 from .records import Row, Submission
+from .settings import RunSettings
 
 MANIFEST = "shard.json"
 

@@ -1,5 +1,5 @@
 """`course export gradescope NN`: a Gradescope autograder that grades one notebook exactly as
-`course grade` does; its grading side, run inside Gradescope, is `course_utils.autograder`.
+`course grade` does; its grading side, run inside Gradescope, is `course_utils.grading.autograder`.
 
 The zip follows gradescope/autograder_samples (docs/specs.md): `setup.sh` and
 `run_autograder` at its root; Gradescope unpacks it to /autograder/source, puts the upload in
@@ -17,9 +17,9 @@ import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .authoring import check_cells, read
-from .errors import UsageError
-from .grading import HARNESS
+from ..authoring import check_cells, read
+from ..errors import UsageError
+from .settings import HARNESS
 
 CONFIG = "autograder.json"
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -42,7 +42,7 @@ PIP=/autograder/venv/bin/pip
 "$PIP" install --index-url {torch_index} torch torchvision
 "$PIP" install "$SOURCE/course[tools]"
 # fail the build here, not each learner's run: the grader, torch and the notebook kernel
-/autograder/venv/bin/python -c "import torch, papermill, course_utils.autograder; \\
+/autograder/venv/bin/python -c "import torch, papermill, course_utils.grading.autograder; \\
 from jupyter_client.kernelspec import KernelSpecManager; \\
 KernelSpecManager().get_kernel_spec('python3'); print('course installed, torch', torch.__version__)"
 """
@@ -55,7 +55,7 @@ PYTHON="${COURSE_AUTOGRADER_PYTHON:-$ROOT/venv/bin/python}"
 RESULTS="$ROOT/results/results.json"
 mkdir -p "$ROOT/results"
 cd "$ROOT"
-"$PYTHON" -m course_utils.autograder run --root "$ROOT"
+"$PYTHON" -m course_utils.grading.autograder run --root "$ROOT"
 if ! "$PYTHON" -c 'import json, sys; json.load(open(sys.argv[1]))' "$RESULTS" 2>/dev/null; then
   echo "run_autograder: the grader wrote no valid results.json; writing the fallback" >&2
   cat > "$RESULTS" <<'JSON'

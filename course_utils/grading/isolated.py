@@ -1,0 +1,171 @@
+"""Run a notebook in a child process inside its own folder, with limits: the parent side of
+`course_utils.grading.execute`, shared by `course grade` and `course report`.
+
+Each run gets a per-cell timeout (papermill interrupts the cell), a whole-notebook limit (the
+process tree is killed), and a kernel environment chosen for a shared machine. It always
+returns a status saying how the run ended, because a dead kernel or a crash must become a
+reason in the grades, not a lost notebook.
+
+What it trusts comes over the child's witness pipe (see course_utils.grading.execute): the
+status, the last cell started, and the digest of the last save of the executed notebook. A
+notebook file whose bytes differ from that digest was written by something else (the learner's
+code runs as our user, in that folder): it is not read, and the run's outcome is `tampered`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import nbformat
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    import psutil
+
+    try:
+        parent = psutil.Process(proc.pid)
+        for child in parent.children(recursive=True):
+            child.kill()
+        parent.kill()
+    except psutil.NoSuchProcess:
+        pass
+
+
+GRADING_ENV = "COURSE_GRADING"  # read by course_utils.checks.stops_the_run
+
+
+def kernel_env(
+    *, quick: bool, gpu: int | None = None, overrides: dict[str, str | None] | None = None
+) -> dict[str, str]:
+    """The environment a grading kernel starts with.
+
+    Figures: the kernel's inline backend turns each figure into an image output (which the
+    report keeps); an inherited MPLBACKEND=Agg would replace it and lose every plot.
+    Threads: torch's OpenMP threads wait passively, so a kernel beside other jobs is not
+    slowed by its own spinning threads (see course_utils/__init__.py for the measurement).
+    GPU: with --jobs N, each job sees one GPU of its own (None: all GPUs, as inherited).
+    Overrides: values to put back (None: unset), e.g. the thread settings a Dask Nanny capped.
+    """
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+    env[GRADING_ENV] = "1"  # check cells report and go on: a raise would void their result
+    env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+    if quick:
+        env["COURSE_QUICK"] = "1"
+    elif not env.get("COURSE_QUICK", "").strip():
+        env["COURSE_QUICK"] = "0"  # full, as asked: never left to the auto mode
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    for key, value in (overrides or {}).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
+def execute_isolated(
+    nb,
+    workdir: Path,
+    *,
+    cell_timeout: float,
+    notebook_timeout: float,
+    quick: bool,
+    gpu: int | None = None,
+    env: dict[str, str | None] | None = None,
+) -> tuple[nbformat.NotebookNode | None, dict]:
+    """Run `nb` in a child process inside `workdir`; return the executed notebook and status.
+    The child dies with this process (see course_utils.grading.execute), and its kernel with
+    it."""
+    src, out = workdir / "submission.ipynb", workdir / "executed.ipynb"
+    nbformat.write(nb, str(src))
+    read_end, write_end = os.pipe()
+    cmd = [
+        sys.executable,
+        "-m",
+        "course_utils.grading.execute",
+        str(src),
+        str(out),
+        "--cell-timeout",
+        str(cell_timeout),
+        "--parent-pid",
+        str(os.getpid()),
+        "--witness-fd",
+        str(write_end),
+    ]
+    if quick:
+        cmd.append("--quick")
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=workdir,
+            env=kernel_env(quick=quick, gpu=gpu, overrides=env),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            pass_fds=(write_end,),
+        )
+    finally:
+        os.close(write_end)  # the child holds it now: EOF on our end when the child is gone
+    witness = Witnessed(read_end)
+    try:
+        _, stderr = proc.communicate(timeout=notebook_timeout)
+        witness.join()
+        status = witness.status or {
+            "outcome": "crashed",
+            "detail": (stderr or "").strip().splitlines()[-1:][0]
+            if stderr and stderr.strip()
+            else f"exit code {proc.returncode}",
+        }
+    except subprocess.TimeoutExpired:
+        _kill_tree(proc)
+        proc.communicate()
+        witness.join()
+        status = {"outcome": "notebook-timeout", "detail": f"ran past {notebook_timeout:g} s"}
+    status = {**status, "last_cell": witness.last_cell}
+    executed = witness.read(out)
+    if executed is None and out.exists() and witness.saved:
+        status = {**status, "outcome": "tampered", "detail": "its bytes differ from the last save"}
+    return executed, status
+
+
+class Witnessed:
+    """The parent's end of the witness pipe, read by a thread while the child runs (so the
+    pipe never fills): the cells started, the digests saved and the final status."""
+
+    def __init__(self, fd: int):
+        self.last_cell: str | int | None = None  # its cell id, else its index
+        self.saved: str | None = None
+        self.status: dict | None = None
+        self._thread = threading.Thread(target=self._read, args=(fd,), daemon=True)
+        self._thread.start()
+
+    def _read(self, fd: int) -> None:
+        with os.fdopen(fd, encoding="utf-8", errors="replace") as pipe:
+            for line in pipe:
+                try:
+                    message = json.loads(line)
+                except ValueError:  # a line cut by a kill: nothing after it can come
+                    break
+                if "running" in message:
+                    self.last_cell = message.get("cell_id") or message["running"]
+                self.saved = message.get("saved", self.saved)
+                self.status = message.get("status", self.status)
+
+    def join(self) -> None:
+        self._thread.join(timeout=10)
+
+    def read(self, out: Path) -> nbformat.NotebookNode | None:
+        """The executed notebook, only if its bytes are those of the child's last save."""
+        try:
+            data = out.read_bytes()
+        except OSError:
+            return None
+        if self.saved is None or hashlib.sha256(data).hexdigest() != self.saved:
+            return None
+        return nbformat.reads(data.decode("utf-8"), as_version=4)

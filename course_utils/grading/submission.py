@@ -1,0 +1,157 @@
+"""Grade one submission, from its bytes: restore its locked checks, run it in its own process
+and folder, read what the restored checks reported, and return its rows.
+
+A submission is never written to. Before it runs, its locked check cells are restored from
+`solutions/` by grade_id (a deleted or edited check comes back as the instructor wrote it),
+every output is cleared, and the restored cells are tagged in metadata by the grader. Only
+outputs of those tagged cells count, and only from a check that ran to its end (results.py);
+a notebook whose own code forges results or rewrites the check machinery earns nothing
+(tamper.py).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+from ..authoring import check_cells
+from ..errors import UsageError
+from ..protocol import ERROR
+from .demos import skip_demos
+from .isolated import execute_isolated
+from .records import Graded, Row, Submission
+from .restore import lesson_for, restore_checks
+from .results import read_results
+from .settings import RunSettings
+from .tamper import suspicious_cells
+
+
+def find_submissions(paths: list[Path]) -> list[Submission]:
+    found = []
+    for path in paths:
+        if not path.exists():
+            raise UsageError(f"no such file or folder: {path}")
+        if path.is_file():
+            found.append(Submission(path, path.name))
+        else:
+            for nb in sorted(path.rglob("*.ipynb")):
+                if ".ipynb_checkpoints" not in nb.parts:
+                    found.append(Submission(nb, nb.relative_to(path).as_posix()))
+    if not found:
+        raise UsageError("nothing to grade: no .ipynb files in " + ", ".join(map(str, paths)))
+    return found
+
+
+def read_data(sub: Submission) -> bytes:
+    try:
+        return sub.path.read_bytes()
+    except OSError:
+        return b""
+
+
+def _every_check(
+    name: str, lesson: str, solution, status: str, reason: str, here: str
+) -> list[Row]:
+    """A row per check of the lesson, each at 0 of its points: a notebook that could not be
+    graded still counts against its lesson's total."""
+    return [
+        Row(
+            name,
+            lesson,
+            cid,
+            status,
+            0.0,
+            float(cell.metadata.get("nbgrader", {}).get("points", 1)),
+            None,
+            None,
+            here,
+            reason,
+        )
+        for cid, (_, cell) in check_cells(solution, lesson).items()
+    ]
+
+
+def lesson_by_name(filename: str, solutions: dict) -> str | None:
+    """The lesson a file name claims (its number prefix, e.g. `08_` or `08-`), if exactly one."""
+    stem = Path(filename).name
+    hits = [s for s in solutions if s in stem or stem.startswith(s.split("_")[0] + "_")]
+    return hits[0] if len(set(hits)) == 1 else None
+
+
+def grade_submission(
+    name: str,
+    filename: str,
+    data: bytes,
+    solutions: dict,
+    run: RunSettings,
+    *,
+    lesson: str | None = None,
+    gpu: int | None = None,
+    env: dict[str, str | None] | None = None,
+) -> Graded:
+    """Grade one submission from its bytes (no path needed: a Dask worker has none) in a
+    temporary folder; return its rows, notes and executed notebook. `lesson`: the one lesson
+    being graded (`--lesson`), else told from the notebook (metadata, file name, checks)."""
+    from .. import device
+
+    t0, here = time.perf_counter(), device.device_class()
+    try:
+        nb = nbformat.reads(data.decode("utf-8"), as_version=4)
+        if not hasattr(nb, "cells"):
+            raise ValueError("no cells")
+    except Exception as exc:
+        text = str(exc).strip()
+        first = text.splitlines()[0][:150] if text else ""
+        reason = (
+            f"not a readable notebook ({type(exc).__name__}: {first}). Download it again "
+            "from JupyterLab (File > Download) or Colab (File > Download .ipynb) and resubmit it"
+        )
+        told = lesson or lesson_by_name(filename, solutions)
+        rows = (
+            _every_check(name, told, solutions[told], ERROR, reason, here)
+            if told
+            else [Row.error(name, reason)]
+        )
+        return Graded(rows, seconds=time.perf_counter() - t0, device_class=here)
+    found = lesson_for(nb, filename, solutions)
+    if lesson and found and found != lesson:
+        reason = f"this is a copy of {found}, not of {lesson}: submit your {lesson}.ipynb"
+        return Graded(_every_check(name, lesson, solutions[lesson], ERROR, reason, here))
+    lesson = lesson or found
+    if lesson is None:
+        reason = (
+            "not a notebook of this course: no lesson matches its metadata, name or check cells"
+        )
+        return Graded([Row.error(name, reason)], seconds=time.perf_counter() - t0)
+    forged = suspicious_cells(nb, solutions[lesson])
+    if forged:
+        reason = (
+            "no check counted: this notebook's own code forges check results or rewrites the "
+            f"check machinery ({'; '.join(forged[:3])}). If that is a mistake, tell your instructor"
+        )
+        rows = _every_check(name, lesson, solutions[lesson], ERROR, reason, here)
+        return Graded(rows, seconds=time.perf_counter() - t0, device_class=here)
+    prepared, notes = restore_checks(nb, solutions[lesson], lesson)
+    skipped = 0
+    if run.checks_only:
+        prepared, skipped = skip_demos(prepared, solutions[lesson])
+    with tempfile.TemporaryDirectory(prefix="course-grade-") as tmp:
+        executed, status = execute_isolated(
+            prepared,
+            Path(tmp),
+            cell_timeout=run.cell_timeout,
+            notebook_timeout=run.notebook_timeout,
+            quick=run.quick,
+            gpu=gpu,
+            env=env,
+        )
+    results = read_results(executed, solutions[lesson], lesson, status, run.cell_timeout)
+    rows = [Row(name, lesson, **r) for r in results]
+    for row in rows:  # a check that never reported (missing, timeout) still ran on this device
+        row.device_class = row.device_class or here
+    return Graded(
+        rows, notes, executed, time.perf_counter() - t0, device_class=here, skipped_demos=skipped
+    )

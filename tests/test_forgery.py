@@ -1,0 +1,76 @@
+"""The red team's attempts to earn points without solving (tests/forgery_attacks.py, written by
+someone who read only the README and a learner notebook), graded in one run of the toy lesson:
+every attack earns toy-double nothing, with a message; every honest answer keeps its point."""
+
+from __future__ import annotations
+
+import copy
+import csv
+
+import pytest
+from forgery_attacks import ATTACKS, VALID
+from grading_fixtures import TOY, toy_solution
+
+from course_utils.authoring import code, learner_copy, write
+from course_utils.grading import grade
+
+CELL_TIMEOUT = 10  # the two hangs wait this long; nothing honest here takes a second
+
+
+def _index(nb, prefix: str) -> int:
+    return next(i for i, c in enumerate(nb.cells) if c.source.startswith(prefix))
+
+
+def submission(attack, solved: bool = False):
+    """The learner copy with the attack's cells (an honest entry: with square solved too)."""
+    sol = toy_solution()
+    nb = copy.deepcopy(learner_copy(sol, TOY))
+    nb.cells[_index(nb, "def double")].source = attack.double_cell
+    if solved:
+        nb.cells[_index(nb, "def square")].source = "def square(x):\n    return x * x"
+    for where, source in attack.extra_cells:
+        if where == "after-checks":
+            nb.cells.insert(_index(nb, "from course_utils.checks import") + 1, code(source))
+        elif where == "before-double-check":
+            nb.cells.insert(_index(nb, "# [course-check] toy-double"), code(source))
+        else:
+            nb.cells.append(code(source))
+    return nb
+
+
+@pytest.fixture(scope="module")
+def verdicts(tmp_path_factory):
+    """{submission: toy-double's row} for every attack and honest entry, graded together."""
+    root = tmp_path_factory.mktemp("forgery")
+    (root / "solutions").mkdir()
+    write(toy_solution(), root / "solutions" / TOY)
+    subs = root / "subs"
+    subs.mkdir()
+    for attack in ATTACKS:
+        write(submission(attack), subs / f"{attack.id}_{TOY}")
+    for honest in VALID:
+        write(submission(honest, solved=True), subs / f"{honest.id}_{TOY}")
+    grade(
+        [subs],
+        out=root / "out",
+        solutions=root / "solutions",
+        cell_timeout=CELL_TIMEOUT,
+        notebook_timeout=60,
+        jobs=2,  # the toy lesson times nothing
+    )
+    with open(root / "out" / "grades.csv", newline="", encoding="utf-8") as f:
+        rows = [r for r in csv.DictReader(f) if r["check"] == "toy-double"]
+    return {r["submission"].removesuffix(f"_{TOY}"): r for r in rows}
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=[a.id for a in ATTACKS])
+def test_a_forgery_earns_nothing_and_says_what_was_seen(verdicts, attack):
+    row = verdicts[attack.id]
+    assert float(row["points"]) == 0 and row["status"] != "passed", (attack.idea, row)
+    assert row["message"], attack.idea
+
+
+@pytest.mark.parametrize("honest", VALID, ids=[v.id for v in VALID])
+def test_an_honest_noisy_answer_keeps_its_point(verdicts, honest):
+    row = verdicts[honest.id]
+    assert row["status"] == "passed" and float(row["points"]) == 1, (honest.idea, row)
