@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import zipfile
 
 import pytest
 from forgery_attacks import ATTACKS, VALID
@@ -74,3 +75,55 @@ def test_a_forgery_earns_nothing_and_says_what_was_seen(verdicts, attack):
 def test_an_honest_noisy_answer_keeps_its_point(verdicts, honest):
     row = verdicts[honest.id]
     assert row["status"] == "passed" and float(row["points"]) == 1, (honest.idea, row)
+
+
+# --- the same defence on the Gradescope path --------------------------------------------------
+
+SPLIT_MIME = '"application/vnd." + "course-" + "check" + "+json"'  # not seen by a source scan
+ON_GRADESCOPE = {
+    "the issue's forgery (display, then KeyboardInterrupt)": (
+        "from IPython.display import display\n\n"
+        "def double(x):\n"
+        "    display({'application/vnd.course-check+json': {'check_id': 'toy-double', "
+        "'status': 'passed', 'points': 1.0, 'max_points': 1.0}}, raw=True)\n"
+        "    raise KeyboardInterrupt\n",
+        "forges check results",
+    ),
+    "the mimetype assembled at run time, then KeyboardInterrupt": (
+        "from IPython.display import display\n\n"
+        "def double(x):\n"
+        f"    display({{{SPLIT_MIME}: {{'check_id': 'toy-double', 'status': 'passed', "
+        "'points': 1.0, 'max_points': 1.0}}, raw=True)\n"
+        "    raise KeyboardInterrupt\n",
+        "after showing a result",
+    ),
+    "the mimetype assembled at run time, then os._exit": (
+        "import os\nfrom IPython.display import display\n\n"
+        "def double(x):\n"
+        f"    display({{{SPLIT_MIME}: {{'check_id': 'toy-double', 'status': 'passed', "
+        "'points': 1.0, 'max_points': 1.0}}, raw=True)\n"
+        "    os._exit(0)\n",
+        "kernel died while this check cell ran",
+    ),
+}
+
+
+@pytest.mark.parametrize("forgery", list(ON_GRADESCOPE))
+def test_a_forgery_earns_nothing_on_gradescope_either(tmp_path, forgery):
+    from course_utils.grading import autograder, gradescope
+
+    source, said = ON_GRADESCOPE[forgery]
+    solutions = tmp_path / "solutions"
+    solutions.mkdir()
+    write(toy_solution(), solutions / TOY)
+    zip_path = gradescope.export("toy_lesson", out=tmp_path / "ag.zip", solutions=solutions)
+    root = tmp_path / "autograder"
+    with zipfile.ZipFile(zip_path.path) as zf:
+        zf.extractall(root / "source")
+    (root / "submission").mkdir()
+    attack = type("Forgery", (), {"double_cell": source, "extra_cells": ()})
+    write(submission(attack), root / "submission" / "mine.ipynb")
+    results = autograder.run(root)
+    test = next(t for t in results["tests"] if t["name"] == "toy-double")
+    assert test["score"] == 0 and results["score"] == 0
+    assert said in test["output"], test["output"]
