@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import csv
 import os
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -165,10 +167,13 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
-def test_a_worker_killed_mid_task_is_retried_and_leaves_no_grading_process(dask_cluster, tmp_path):
+def test_a_worker_killed_mid_task_is_retried_and_leaves_no_grading_process(
+    dask_cluster, tmp_path, capsys
+):
     """One worker is killed while it grades (client.run(os._exit, 1)): the submission is
-    graded again elsewhere; its orphaned grading process and kernel die with the worker. A
-    notebook that kills its worker is the next test."""
+    graded again elsewhere; its orphaned grading process and kernel die with the worker, its
+    work folder (the notebook, the kernel's connection file) is swept by the retry, and the
+    log says so in one line. A notebook that kills its worker is the next test."""
     from course_utils.authoring import code, read, write
 
     lc, client = dask_cluster
@@ -201,7 +206,7 @@ def test_a_worker_killed_mid_task_is_retried_and_leaves_no_grading_process(dask_
         )
     )
     run.start()
-    victim, doomed = None, []
+    victim, doomed, victim_pid = None, [], None
     deadline = time.time() + 240
     while time.time() < deadline and not doomed:
         for worker, keys in client.processing().items():
@@ -209,7 +214,7 @@ def test_a_worker_killed_mid_task_is_retried_and_leaves_no_grading_process(dask_
                 pid = client.run(os.getpid, workers=[worker])[worker]
                 kids = _descendants(pid)
                 if any("ipykernel" in " ".join(p.cmdline()) for p in kids if _alive(p)):
-                    victim, doomed = worker, kids
+                    victim, doomed, victim_pid = worker, kids, pid
         time.sleep(0.5)
     assert doomed, "the slow submission's kernel never started"
     try:
@@ -229,6 +234,10 @@ def test_a_worker_killed_mid_task_is_retried_and_leaves_no_grading_process(dask_
         by_sub.setdefault(r["submission"], []).append(r)
     assert {r["status"] for r in by_sub[f"slow_{TOY}"]} == {"passed"}, by_sub
     assert {r["status"] for r in by_sub[f"solved_{TOY}"]} == {"passed"}
+    leftovers = list(Path(tempfile.gettempdir()).glob(f"course-grade-{victim_pid}-*"))
+    assert not leftovers, "the dead worker's work folder was left behind"
+    died = [line for line in capsys.readouterr().err.splitlines() if "died while grading" in line]
+    assert len(died) == 1 and f"slow_{TOY}" in died[0] and "graded again on" in died[0]
 
 
 def test_a_notebook_that_kills_its_worker_every_time_gets_an_error_row(dask_cluster, tmp_path):

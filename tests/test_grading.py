@@ -252,3 +252,48 @@ def test_an_interrupted_run_continues_from_its_state_file(tmp_path, monkeypatch)
     assert list(state) == calls[:1]
     summary = grade([subs], out=tmp_path / "out", solutions=solutions)
     assert summary.reused == 1 and summary.submissions == len(list(subs.iterdir()))
+
+
+def test_ctrl_c_stops_the_notebook_in_flight_at_once_and_leaves_nothing_behind(tmp_path):
+    """SIGINT to `course grade` while a kernel sleeps: it exits within seconds (not when the
+    cell ends), with no grading process or work folder left and a whole state file."""
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    import time as _time
+    from pathlib import Path
+
+    import psutil
+
+    from course_utils.authoring import code, read, write
+
+    solutions, scenarios = make_course(tmp_path)
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    write(read(scenarios / f"solved_{TOY}"), subs / f"a_solved_{TOY}")
+    sleeper = read(scenarios / f"solved_{TOY}")
+    sleeper.cells.insert(3, code("import time\n\ntime.sleep(60)"))
+    write(sleeper, subs / f"b_sleeper_{TOY}")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "course_utils", "grade", str(subs), "--out", str(out)]
+    cmd += ["--solutions", str(solutions), "--timeout", "120"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    grader = psutil.Process(proc.pid)
+    deadline = _time.time() + 120
+    while _time.time() < deadline:  # until the sleeper's kernel runs (after a_solved is graded)
+        kids = grader.children(recursive=True)
+        if (out / ".grading-state.json").exists() and any(
+            "ipykernel" in " ".join(k.cmdline()) for k in kids if k.is_running()
+        ):
+            break
+        _time.sleep(0.3)
+    kids = grader.children(recursive=True)
+    started = _time.perf_counter()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert _time.perf_counter() - started < 8, err
+    assert proc.returncode == 130 and "interrupted" in err
+    assert not [k.pid for k in kids if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
+    assert not list(Path(tempfile.gettempdir()).glob(f"course-grade-{proc.pid}-*"))
+    assert list(json.loads((out / ".grading-state.json").read_text())) == [f"a_solved_{TOY}"]

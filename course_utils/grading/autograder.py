@@ -6,6 +6,11 @@ Gradescope must never see "autograder failed": a results.json with a score and t
 written before grading starts (in case the run is stopped), after it (whatever happened to
 the notebook), and by run_autograder itself should Python not start at all.
 $COURSE_AUTOGRADER_ROOT replaces /autograder (tests), $COURSE_AUTOGRADER_PYTHON the Python.
+
+Each check is two tests (see gradescope.py): `NN-check`, always visible, with its score and a
+one-line status; `NN-check: details`, 0 points, with its messages and hint at the exported
+visibility. Gradescope hides a learner's total while an after_due_date or after_published test
+is not yet shown (docs/specs.md), so the summary (`output`, always visible) states the points.
 """
 
 from __future__ import annotations
@@ -15,15 +20,25 @@ import contextlib
 import json
 import math
 import os
+import platform
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 
 from ..authoring import read
 from ..mode import UNTIMED_PLATFORMS
-from ..protocol import NOT_APPLICABLE, PASSED
+from ..protocol import (
+    ERROR,
+    FAILED,
+    MISSING,
+    NOT_APPLICABLE,
+    NOT_ATTEMPTED,
+    PASSED,
+    TIMEOUT,
+)
 from .feedback import explain
-from .gradescope import CONFIG, AutograderConfig, points_per_check
+from .gradescope import CONFIG, TORCH_FAMILY, AutograderConfig, points_per_check
 from .records import Row, Submission
 from .settings import RunSettings
 from .submission import grade_submission
@@ -46,17 +61,41 @@ def find_uploads(folder: Path) -> list[Path]:
     )
 
 
-def _test(r: Row, notes: dict[str, str]) -> dict:
-    """One Gradescope test for one check: its points, the check's own explanation."""
+# each check's status in one visible line: no message, no hint (those are in its details)
+STATUS_LINE = {
+    PASSED: "Passed.",
+    FAILED: "Failed.",
+    NOT_ATTEMPTED: "Not attempted yet.",
+    ERROR: "Error: an exception stopped the check.",
+    TIMEOUT: "Timed out: a cell ran past its time limit.",
+    MISSING: "Did not run: the notebook stopped before this check.",
+    NOT_APPLICABLE: "Not applicable here (not counted).",
+}
+# when a learner sees a check's details, after the status line
+SHOWN = {
+    "hidden": "Its details go to your instructor only.",
+    "after_due_date": "Its details (`{name}`) are shown after the due date.",
+    "after_published": "Its details (`{name}`) are shown once grades are published.",
+    "visible": "Its details: `{name}`.",
+}
+
+
+def _tests(r: Row, notes: dict[str, str], visibility: str) -> list[dict]:
+    """A check's two Gradescope tests: its score with a status line, always visible; its
+    explanation (messages, note, hint) at `visibility`, worth nothing."""
     applicable = r.status != NOT_APPLICABLE
+    status = "passed" if r.status in (PASSED, NOT_APPLICABLE) else "failed"
+    details = f"{r.check}: details"
     lead = [] if applicable else ["**Not applicable here** (not counted):", ""]
-    return {
+    line = STATUS_LINE.get(r.status, r.status)
+    score = {
         "name": r.check,
         "score": r.points,
         "max_score": r.max_points if applicable else 0.0,
-        "status": "passed" if r.status in (PASSED, NOT_APPLICABLE) else "failed",
-        "output": "\n".join(lead + explain(r, notes)),
+        "status": status,
+        "output": f"{line} {SHOWN[visibility].format(name=details)}",
         "output_format": "md",
+        "visibility": "visible",
         "extra_data": {
             "status": r.status,
             "value": r.value,
@@ -64,6 +103,17 @@ def _test(r: Row, notes: dict[str, str]) -> dict:
             "device_class": r.device_class,
         },
     }
+    explained = {
+        "name": details,
+        "score": 0.0,
+        "max_score": 0.0,
+        "status": status,
+        "output": "\n".join(lead + explain(r, notes)),
+        "output_format": "md",
+        "visibility": visibility,
+        "extra_data": {"details_of": r.check, "status": r.status},
+    }
+    return [score, explained]
 
 
 def _unrun(checks: dict[str, float], why: str) -> list[dict]:
@@ -76,6 +126,7 @@ def _unrun(checks: dict[str, float], why: str) -> list[dict]:
             "status": "failed",
             "output": f"Not graded: {why}",
             "output_format": "md",
+            "visibility": "visible",  # about the upload, not a hint: the learner can fix it
             "extra_data": {
                 "status": "not-graded",
                 "value": None,
@@ -87,13 +138,27 @@ def _unrun(checks: dict[str, float], why: str) -> list[dict]:
     ]
 
 
+def _graded_with() -> dict:
+    """This machine's Python, torch and torchvision, beside the exporter's (a mismatch shows)."""
+
+    def version(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {"python": platform.python_version(), **{n: version(n) for n in TORCH_FAMILY}}
+
+
 def _results(
     config: AutograderConfig | None, tests: list[dict], summary: str, started: float
 ) -> dict:
-    extra = {"platform": "gradescope"}
+    extra = {"platform": "gradescope", "graded_with": _graded_with()}
     if config is not None:
         extra |= {k: getattr(config, k) for k in ("lesson", "quick", "course_version", "commit")}
         extra["speed_graded"] = config.grade_speed
+        extra["visibility"] = config.visibility
+        extra["exported_with"] = config.versions
     return {
         "score": sum(t["score"] for t in tests),
         "execution_time": round(time.monotonic() - started),
@@ -160,7 +225,7 @@ def _summary(rows: list[Row], config: AutograderConfig, earned: float, possible:
     stopped = [r.check for r in rows if r.status in ("missing", "timeout")]
     if stopped:
         lines.append(
-            f"{len(stopped)} check(s) did not finish ({', '.join(stopped)}): each says why."
+            f"{len(stopped)} check(s) did not finish ({', '.join(stopped)}): their details say why."
         )
     return "\n\n".join(lines)
 
@@ -204,7 +269,7 @@ def grade_upload(root: Path, config: AutograderConfig, checks: dict[str, float],
     if len(rows) == 1 and not rows[0].check:  # unreadable, or not this lesson's notebook
         why = f"{rows[0].message} (this assignment grades `{config.lesson}.ipynb`)"
         return _results(config, _unrun(checks, why), f"**Not graded**: {why}.", started)
-    tests = [_test(r, notes) for r in rows]
+    tests = [t for r in rows for t in _tests(r, notes, config.visibility)]
     earned, possible = sum(t["score"] for t in tests), sum(t["max_score"] for t in tests)
     return _results(config, tests, _summary(rows, config, earned, possible), started)
 
@@ -244,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     results = run(args.root)
     print(results["output"])  # the autograder's stdout: for the instructor
     for t in results["tests"]:
-        print(f"{t['name']}: {t['score']:g}/{t['max_score']:g} {t['extra_data']['status']}")
+        if "details_of" not in t["extra_data"]:
+            print(f"{t['name']}: {t['score']:g}/{t['max_score']:g} {t['extra_data']['status']}")
     return 0
 
 

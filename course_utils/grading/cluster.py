@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import uuid
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -104,8 +105,10 @@ def grade_task(
     sol_digest: str,
     run: RunSettings,
     lesson: str | None = None,
+    run_id: str = "",
 ) -> Graded:
     """Runs on a worker: grade one submission and fingerprint it with this machine's settings."""
+    _started(name, run_id)
     machine = machine_settings()
     graded = grade_submission(
         name, filename, data, solutions, run, lesson=lesson, env=learner_thread_env()
@@ -113,6 +116,39 @@ def grade_task(
     graded.key = _key(data, sol_digest, machine, run, lesson)
     graded.device_class = graded.device_class or device_class_of(machine)
     return graded
+
+
+STARTS = "course-grade-start"  # the Dask event topic: one event each time a task starts
+
+
+def _started(name: str, run_id: str) -> None:
+    """Tell the client this worker started grading `name` in grading run `run_id` (a retry
+    starts it again; the cluster's event log outlives one run)."""
+    from distributed import get_worker
+
+    try:
+        worker = get_worker()
+    except ValueError:  # not on a worker (a test calling grade_task directly)
+        return
+    worker.log_event(STARTS, {"submission": name, "worker": worker.address, "run": run_id})
+
+
+def log_deaths(client, name: str, graded: bool, run_id: str) -> list[str]:
+    """One line per worker that died grading `name`: every start but the last, and the last
+    too when it did not return (`graded` False: the scheduler gave up, KilledWorker)."""
+    starts = [
+        msg["worker"]
+        for _, msg in client.get_events(STARTS)
+        if msg["submission"] == name and msg.get("run") == run_id
+    ]
+    died = starts[:-1] if graded else starts
+    lines = []
+    for i, worker in enumerate(died):
+        then = f"graded again on {starts[i + 1]}" if i + 1 < len(starts) else "not graded"
+        lines.append(f"course grade: {name}: Dask worker {worker} died while grading it; {then}")
+    for line in lines:
+        print(line, file=sys.stderr)
+    return lines
 
 
 def _local_cluster(workers: int):
@@ -246,7 +282,7 @@ def grade_on_dask(
         from distributed import as_completed
     except ImportError as exc:
         raise ModuleNotFoundError("distributed", name="distributed") from exc
-    target = Target.parse(spec)
+    target, run_id = Target.parse(spec), uuid.uuid4().hex
     with connect(target) as client:
         resource, workers = timing_resource(client)
         machines = set(worker_machines(client, workers, allow_mixed=allow_mixed_devices).values())
@@ -275,7 +311,7 @@ def grade_on_dask(
                 sols_needed = _solutions_for(data, sub.path.name, sols, lesson)
                 future = client.submit(
                     grade_task,
-                    *(sub.name, sub.path.name, data, sols_needed, sol_digest, run, lesson),
+                    *(sub.name, sub.path.name, data, sols_needed, sol_digest, run, lesson, run_id),
                     key=f"grade-{i}-{sub.slug}",
                     resources={resource: 1},
                     pure=False,
@@ -287,10 +323,13 @@ def grade_on_dask(
             submit_while_a_device_is_free()
             for future in pending:
                 sub = running.pop(future)
+                last_survived = True
                 try:
                     graded = future.result()
                 except Exception as exc:  # a worker died past the limit, or the task failed
                     graded = _failure_row(sub, exc)
+                    last_survived = type(exc).__name__ != "KilledWorker"
+                log_deaths(client, sub.name, graded=last_survived, run_id=run_id)
                 outbox.record(sub, graded)
                 bar.update()
                 submit_while_a_device_is_free()

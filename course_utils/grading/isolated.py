@@ -24,6 +24,14 @@ from pathlib import Path
 
 import nbformat
 
+RUNNING: set[subprocess.Popen] = set()  # the children in flight, for stop_all()
+
+
+def stop_all() -> None:
+    """Kill every child in flight and its kernel, now: Ctrl-C must not wait for a notebook."""
+    for proc in list(RUNNING):
+        _kill_tree(proc)
+
 
 def _kill_tree(proc: subprocess.Popen) -> None:
     import psutil
@@ -100,18 +108,22 @@ def execute_isolated(
     ]
     if quick:
         cmd.append("--quick")
+    # the kernel's connection file goes in workdir, removed with it (or by a later sweep)
+    overrides = {**(env or {}), "JUPYTER_RUNTIME_DIR": str(workdir / "runtime")}
     try:
         proc = subprocess.Popen(
             cmd,
             cwd=workdir,
-            env=kernel_env(quick=quick, gpu=gpu, overrides=env),
+            env=kernel_env(quick=quick, gpu=gpu, overrides=overrides),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
             pass_fds=(write_end,),
+            start_new_session=True,  # a terminal's Ctrl-C reaches the grader, which kills it
         )
     finally:
         os.close(write_end)  # the child holds it now: EOF on our end when the child is gone
+    RUNNING.add(proc)
     witness = Witnessed(read_end)
     try:
         _, stderr = proc.communicate(timeout=notebook_timeout)
@@ -127,6 +139,8 @@ def execute_isolated(
         proc.communicate()
         witness.join()
         status = {"outcome": "notebook-timeout", "detail": f"ran past {notebook_timeout:g} s"}
+    finally:
+        RUNNING.discard(proc)
     status = {**status, "last_cell": witness.last_cell}
     executed = witness.read(out)
     if executed is None and out.exists() and witness.saved:

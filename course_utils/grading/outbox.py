@@ -57,7 +57,9 @@ class Outbox:
             "seconds": graded.seconds,
             "device_class": graded.device_class,
         }
-        self.state_path.write_text(json.dumps(self.state, indent=1))
+        tmp = self.state_path.with_name(STATE_FILE + ".tmp")  # whole or not at all
+        tmp.write_text(json.dumps(self.state, indent=1))
+        tmp.replace(self.state_path)
         self.results[sub.name] = (graded.rows, False)
 
     def finish(self, subs: list[Submission]) -> GradeSummary:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from .isolated import stop_all
 from .outbox import GradeSummary, Outbox
 from .records import Graded, Row, Submission
 from .settings import RunSettings, fingerprint, gpu_count, grading_settings
@@ -61,16 +62,18 @@ def grade_serially(
         graded.key = key
         return sub, graded
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        try:
-            for sub, result in tqdm(
-                pool.map(work, subs), total=len(subs), desc="grading", unit="notebook"
-            ):
-                if isinstance(result, Graded):
-                    outbox.record(sub, result)
-                else:
-                    outbox.reuse(sub, result)
-        except BaseException:  # Ctrl-C: start nothing more; the state file has what was done
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
+        for sub, result in tqdm(
+            pool.map(work, subs), total=len(subs), desc="grading", unit="notebook"
+        ):
+            if isinstance(result, Graded):
+                outbox.record(sub, result)
+            else:
+                outbox.reuse(sub, result)
+    except BaseException:  # Ctrl-C: stop the notebooks in flight now and start nothing more;
+        stop_all()  # the state file has what was done, their work folders go with them
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
     return outbox.finish(subs)

@@ -11,6 +11,8 @@ a notebook whose own code forges results or rewrites the check machinery earns n
 
 from __future__ import annotations
 
+import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -27,6 +29,30 @@ from .restore import lesson_for, restore_checks
 from .results import read_results
 from .settings import RunSettings
 from .tamper import suspicious_cells
+
+WORKDIR_PREFIX = "course-grade-"  # then the grading process's pid: see sweep_orphans
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def sweep_orphans(tmp: Path | None = None) -> list[Path]:
+    """Remove the work folders of grading processes that are gone (a killed grader, a Dask
+    worker that died mid-task): the learner's notebook and the kernel's connection file in
+    them are left behind only until the next submission graded on this machine."""
+    removed = []
+    for folder in Path(tmp or tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*-*"):
+        pid = folder.name.removeprefix(WORKDIR_PREFIX).split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
 
 
 def find_submissions(paths: list[Path]) -> list[Submission]:
@@ -138,7 +164,8 @@ def grade_submission(
     skipped = 0
     if run.checks_only:
         prepared, skipped = skip_demos(prepared, solutions[lesson])
-    with tempfile.TemporaryDirectory(prefix="course-grade-") as tmp:
+    sweep_orphans()
+    with tempfile.TemporaryDirectory(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-") as tmp:
         executed, status = execute_isolated(
             prepared,
             Path(tmp),
