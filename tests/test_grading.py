@@ -297,3 +297,22 @@ def test_ctrl_c_stops_the_notebook_in_flight_at_once_and_leaves_nothing_behind(t
     assert not [k.pid for k in kids if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
     assert not list(Path(tempfile.gettempdir()).glob(f"course-grade-{proc.pid}-*"))
     assert list(json.loads((out / ".grading-state.json").read_text())) == [f"a_solved_{TOY}"]
+
+
+def test_a_loud_notebook_is_stored_capped_and_says_how_much_was_left_out(tmp_path):
+    """A cell printing 10 MB: its executed copy keeps the first 1 MB and a note; the checks
+    are graded as ever."""
+    from course_utils.authoring import code, read, write
+    from course_utils.grading.submission import CELL_OUTPUT_CAP
+
+    solutions, scenarios = make_course(tmp_path)
+    loud = read(scenarios / f"solved_{TOY}")
+    loud.cells.insert(3, code("print('x' * 10_000_000)"))
+    write(loud, tmp_path / f"loud_{TOY}")
+    out = tmp_path / "out"
+    summary = grade([tmp_path / f"loud_{TOY}"], out=out, solutions=solutions)
+    assert summary.counts == {"passed": 2}
+    executed = out / "executed" / f"loud_{TOY}"
+    assert executed.stat().st_size < 2 * CELL_OUTPUT_CAP
+    text = executed.read_text()
+    assert "outputs came to 10.0 MB; the stored copy keeps the first 1.0 MB" in text

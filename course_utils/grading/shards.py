@@ -2,15 +2,15 @@
 engine that runs one command N times (a Slurm job array, a Kubernetes Indexed Job, a CI
 matrix), merged afterwards.
 
-A submission belongs to shard `sha256(name) mod N`: stable across machines and runs, as long
-as every job is given the same folder. Shard I grades its part into OUT/shards/I/ like a
+The submissions, sorted by name, are dealt to the shards in turn (the i-th to shard i mod N):
+shards differ by at most one submission, and every job given the same folder agrees on the
+split, on any machine and in every rerun. Shard I grades its part into OUT/shards/I/ like a
 serial run (its own state file: a rerun grades only what changed) and writes shard.json with
 the full list of submissions, so that merge can name every one without a result.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from dataclasses import dataclass
@@ -35,8 +35,9 @@ def parse(spec: str) -> tuple[int, int]:
     return index, count
 
 
-def shard_of(name: str, count: int) -> int:
-    return int(hashlib.sha256(name.encode("utf-8")).hexdigest(), 16) % count
+def shard_of(name: str, names: list[str], count: int) -> int:
+    """The shard of `name` among all `names` (see the module docstring)."""
+    return sorted(names).index(name) % count
 
 
 def start_shard(
@@ -54,7 +55,8 @@ def start_shard(
         "run": run.tag(),
     }
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-    return [s for s in subs if shard_of(s.name, count) == index], folder
+    names = [s.name for s in subs]
+    return [s for s in subs if shard_of(s.name, names, count) == index], folder
 
 
 @dataclass
@@ -105,7 +107,7 @@ def merge(out: Path, *, allow_mixed_devices: bool = False) -> MergeResult:
     }
     missing, per_submission, devices = [], [], set()
     for name in names:
-        shard = shard_of(name, count)
+        shard = shard_of(name, names, count)
         entry = states[shard].get(name) if shard in manifests else None
         if entry is None:
             missing.append((name, shard))
@@ -124,7 +126,7 @@ def merge(out: Path, *, allow_mixed_devices: bool = False) -> MergeResult:
         (out / kind).mkdir(parents=True, exist_ok=True)
         for name in names:
             file = Submission(Path(name), name).slug + suffix
-            source = out / "shards" / str(shard_of(name, count)) / kind / file
+            source = out / "shards" / str(shard_of(name, names, count)) / kind / file
             if source.exists():
                 shutil.copyfile(source, out / kind / file)
     write_csvs(out, per_submission)

@@ -11,6 +11,7 @@ a notebook whose own code forges results or rewrites the check machinery earns n
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -21,7 +22,7 @@ import nbformat
 
 from ..authoring import check_cells
 from ..errors import UsageError
-from ..protocol import ERROR
+from ..protocol import ERROR, MIME
 from .demos import skip_demos
 from .isolated import execute_isolated
 from .records import Graded, Row, Submission
@@ -76,6 +77,37 @@ def read_data(sub: Submission) -> bytes:
         return sub.path.read_bytes()
     except OSError:
         return b""
+
+
+CELL_OUTPUT_CAP = 1_000_000  # characters of output kept per cell in the executed notebook
+
+
+def cap_outputs(nb, cap: int = CELL_OUTPUT_CAP) -> int:
+    """Keep at most `cap` characters of each cell's outputs in the executed notebook that is
+    stored (and sent back by a Dask worker), saying in the cell what was left out; check
+    results are always kept. Returns the characters left out. Runs after the results are read."""
+    dropped_total = 0
+    for cell in nb.cells:
+        kept, size, dropped = [], 0, 0
+        for out in cell.get("outputs", []):
+            length = len(json.dumps(out))
+            if MIME in out.get("data", {}) or size + length <= cap:
+                kept.append(out)
+                size += length
+            elif out.get("output_type") == "stream" and size < cap:
+                room = cap - size
+                kept.append(nbformat.from_dict({**out, "text": out["text"][:room]}))
+                size, dropped = cap, dropped + length - room
+            else:
+                dropped += length
+        if dropped:
+            note = (
+                f"\n[course grade: this cell's outputs came to {(size + dropped) / 1e6:.1f} MB; "
+                f"the stored copy keeps the first {cap / 1e6:.1f} MB]\n"
+            )
+            cell.outputs = [*kept, nbformat.v4.new_output("stream", name="stderr", text=note)]
+            dropped_total += dropped
+    return dropped_total
 
 
 def _every_check(
@@ -176,6 +208,8 @@ def grade_submission(
             env=env,
         )
     results = read_results(executed, solutions[lesson], lesson, status, run.cell_timeout)
+    if executed is not None:
+        cap_outputs(executed)
     rows = [Row(name, lesson, **r) for r in results]
     for row in rows:  # a check that never reported (missing, timeout) still ran on this device
         row.device_class = row.device_class or here
