@@ -125,5 +125,8 @@ def test_a_forgery_earns_nothing_on_gradescope_either(tmp_path, forgery):
     write(submission(attack), root / "submission" / "mine.ipynb")
     results = autograder.run(root)
     test = next(t for t in results["tests"] if t["name"] == "toy-double")
+    said_there = "\n".join(
+        t["output"] for t in results["tests"] if t["name"].startswith("toy-double")
+    )
     assert test["score"] == 0 and results["score"] == 0
-    assert said in test["output"], test["output"]
+    assert said in said_there, said_there  # a refused upload says why in the test itself

@@ -3,6 +3,11 @@ folder and run by its own run_autograder (setup.sh skipped: this environment's P
 the zip's course/), on a solved, an untouched, a crashing and a garbage submission of 04 and
 08 in quick mode. Each results.json must follow Gradescope's spec and score what `course
 grade` scores for the same file in the same setting (speed not graded, as on Gradescope).
+04's zip shows details after_published, 08's after_due_date (the default): each run checks
+the visibility its zip was exported with.
+
+setup.sh is checked without apt-get or pip: its pins, constraints.txt, and its index probe
+(`setup.sh --probe-only`) against a refused port and a local HTTP server.
 
 The eight autograder runs and one `course grade` of the same eight files run once per
 session, side by side (two kernels at a time); the other tests start no kernel.
@@ -11,14 +16,18 @@ session, side by side (two kernels at a time); the other tests start no kernel.
 from __future__ import annotations
 
 import csv
+import http.server
 import json
 import os
+import platform
 import re
 import stat
 import subprocess
 import sys
 import threading
+import time
 import zipfile
+from importlib import metadata
 from pathlib import Path
 
 import nbformat
@@ -28,7 +37,9 @@ from course_utils.authoring import check_id_of, code, read
 from course_utils.cli import main
 from course_utils.errors import UsageError
 from course_utils.grading import autograder, grade, gradescope
+from course_utils.grading.records import Graded, Row
 from course_utils.mode import UNTIMED_PLATFORMS
+from course_utils.protocol import FAILED
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = ("04_mixed_precision", "08_gradient_clipping")  # the two quickest with checks
@@ -43,6 +54,9 @@ CASES = [
     if c not in {("04_mixed_precision", "untouched"), ("04_mixed_precision", "garbage")}
 ]
 CRASH_AFTER_FIRST_CHECK = "08_gradient_clipping"  # 04 crashes before any cell: cheaper
+# two of the four, so the eight runs check two without a run more (all four: test_details_*)
+VISIBILITY = {"04_mixed_precision": "after_published", "08_gradient_clipping": "after_due_date"}
+REFUSED = "http://127.0.0.1:9/"  # the discard port: nothing listens, so refused at once
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -129,7 +143,11 @@ def zips(tmp_path_factory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("zips")
     return {
         lesson: gradescope.export(
-            lesson[:2], out=out / f"{lesson}.zip", solutions=ROOT / "solutions", quick=True
+            lesson[:2],
+            out=out / f"{lesson}.zip",
+            solutions=ROOT / "solutions",
+            quick=True,
+            visibility=VISIBILITY[lesson],
         ).path
         for lesson in LESSONS
     }
@@ -176,6 +194,16 @@ def graded(tmp_path_factory, zips) -> dict:
     }
 
 
+def scored(results: dict) -> list[dict]:
+    """The tests that carry a check's points (not its details)."""
+    return [t for t in results["tests"] if "details_of" not in t["extra_data"]]
+
+
+def details(results: dict) -> dict[str, dict]:
+    """{check: its details test}."""
+    return {t["extra_data"]["details_of"]: t for t in results["tests"] if t not in scored(results)}
+
+
 def assert_gradescope_results(data: dict) -> None:
     """The fields and types of docs/specs.md, and the choices this course makes."""
     assert set(data) <= TOP_FIELDS, set(data) - TOP_FIELDS
@@ -195,7 +223,11 @@ def assert_gradescope_results(data: dict) -> None:
         assert t["status"] in {"passed", "failed"}
         assert isinstance(t["output"], str) and t["output"]
         assert t["output_format"] == "md"
+        assert t["visibility"] in gradescope.VISIBILITIES
+    for t in scored(data):
         assert {"value", "threshold", "device_class", "status"} <= set(t["extra_data"])
+    for check, t in details(data).items():
+        assert t["name"] == f"{check}: details" and t["max_score"] == 0
     assert data["score"] == pytest.approx(sum(t["score"] for t in data["tests"]))
 
 
@@ -228,15 +260,121 @@ def test_the_zip_ships_the_course_source_and_only_its_lessons_solution(zips):
     assert config["grade_speed"] is False
 
 
-def test_setup_sh_installs_the_shipped_course_with_its_tools_and_cpu_torch(zips):
+def minor(name: str) -> str:
+    """This environment's release of a package as setup.sh pins it: 2.14.1+cu130 -> 2.14.*."""
+    return ".".join(metadata.version(name).split("+")[0].split(".")[:2]) + ".*"
+
+
+def test_setup_sh_installs_the_exporters_torch_minor_then_the_course_under_constraints(zips):
     with zipfile.ZipFile(zips["04_mixed_precision"]) as zf:
         setup = zf.read("setup.sh").decode()
         run = zf.read("run_autograder").decode()
-    assert '"$SOURCE/course[tools]"' in setup
-    assert "--index-url https://download.pytorch.org/whl/cpu torch" in setup
+    assert f'"torch=={minor("torch")}" "torchvision=={minor("torchvision")}"' in setup
+    assert "COURSE_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}" in setup
+    assert '--index-url "$TORCH_INDEX" "torch==' in setup
+    assert '-c constraints.txt "./course[tools]"' in setup
+    assert "--timeout 10 --retries 1" in setup
+    assert setup.index("\nprobe_indexes\n") < setup.index('"${PIP[@]}" install')
+    py = ".".join(platform.python_version_tuple()[:2])
+    assert f"PY=python{py} " in setup
     for script in (setup, run):
         assert script.startswith("#!/usr/bin/env bash\n")
         subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+
+
+def constraints_of(zip_path: Path) -> dict[str, str]:
+    with zipfile.ZipFile(zip_path) as zf:
+        text = zf.read("constraints.txt").decode()
+    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+    return dict(line.split("==") for line in lines)
+
+
+def test_constraints_txt_pins_the_exporters_tools_closure(zips):
+    pins = constraints_of(zips["08_gradient_clipping"])
+    assert pins["torch"] == minor("torch") and pins["torchvision"] == minor("torchvision")
+    for name in ("nbclient", "nbformat", "ipykernel", "jupyter-client", "papermill", "numpy"):
+        assert name in pins, sorted(pins)
+    for name in ("jupyter-core", "pyzmq", "pytest", "nbval"):  # reached through the closure
+        assert name in pins, sorted(pins)
+    for name, version in pins.items():
+        if name not in gradescope.TORCH_FAMILY:
+            assert version == metadata.version(name).split("+")[0], name
+    assert "faster-pytorch-training" not in pins  # the course comes from the zip itself
+
+
+def test_autograder_json_records_the_exporters_versions(zips):
+    with zipfile.ZipFile(zips["08_gradient_clipping"]) as zf:
+        versions = json.loads(zf.read("autograder.json"))["versions"]
+    assert versions["python"] == platform.python_version()
+    assert versions["torch"] == metadata.version("torch")
+    assert versions["torchvision"] == metadata.version("torchvision")
+    pins = constraints_of(zips["08_gradient_clipping"])
+    assert versions["pinned"] == {
+        n: v for n, v in pins.items() if n not in ("torch", "torchvision")
+    }
+
+
+@pytest.fixture(scope="module")
+def refused_zip(tmp_path_factory) -> Path:
+    """A zip exported with a torch index nothing answers."""
+    out = tmp_path_factory.mktemp("refused") / "ag.zip"
+    return gradescope.export("08", out=out, solutions=ROOT / "solutions", torch_index=REFUSED).path
+
+
+def probe(zip_path: Path, folder: Path, **env: str) -> tuple[subprocess.CompletedProcess, float]:
+    """`setup.sh --probe-only` from the unpacked zip: what it prints and how long it took."""
+    root = autograder_root(folder, zip_path, {})
+    clean = {
+        k: v for k, v in os.environ.items() if k not in ("COURSE_TORCH_INDEX", "PIP_INDEX_URL")
+    }
+    started = time.monotonic()
+    done = subprocess.run(
+        ["bash", str(root / "source" / "setup.sh"), "--probe-only"],
+        env={**clean, autograder.ROOT_ENV: str(root), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return done, time.monotonic() - started
+
+
+def test_setup_sh_stops_within_seconds_naming_an_unreachable_torch_index(refused_zip, tmp_path):
+    done, seconds = probe(refused_zip, tmp_path / "ag")
+    assert done.returncode == 1 and seconds < 15, (done.returncode, seconds)
+    assert f"cannot reach {REFUSED}torch/ within 10 s" in done.stderr, done.stderr
+    assert "stopping before pip" in done.stderr and "COURSE_TORCH_INDEX" in done.stderr
+
+
+@pytest.fixture
+def index_server():
+    """A local HTTP server answering 200 to every GET: a reachable index. Yields its URL and
+    the paths asked."""
+    asked: list[str] = []
+
+    class Index(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            asked.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"<html></html>")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Index)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", asked
+    server.shutdown()
+    server.server_close()
+
+
+def test_course_torch_index_overrides_the_exported_one(refused_zip, tmp_path, index_server):
+    url, asked = index_server
+    env = {"COURSE_TORCH_INDEX": f"{url}/mirror/", "PIP_INDEX_URL": f"{url}/pypi"}
+    done, seconds = probe(refused_zip, tmp_path / "ag", **env)
+    assert done.returncode == 0, done.stderr
+    assert asked == ["/mirror/torch/", "/pypi/pip/"]  # the override, never the exported index
+    assert f"{url}/mirror/torch/ answers" in done.stdout
 
 
 def test_the_same_course_exports_the_same_bytes(tmp_path):
@@ -259,6 +397,37 @@ def test_course_export_gradescope_writes_the_zip_it_names(tmp_path, capsys):
     argv = ["export", "gradescope", "08", "--quick", "--out", str(out)]
     assert main([*argv, "--solutions", str(ROOT / "solutions")]) == 0
     assert zipfile.is_zipfile(out) and str(out) in capsys.readouterr().out
+    with zipfile.ZipFile(out) as zf:  # details after the due date unless asked otherwise
+        assert json.loads(zf.read("autograder.json"))["visibility"] == "after_due_date"
+
+
+@pytest.mark.parametrize("visibility", gradescope.VISIBILITIES)
+def test_course_export_gradescope_records_each_visibility(tmp_path, visibility):
+    out = tmp_path / "ag.zip"
+    argv = ["export", "gradescope", "08", "--out", str(out), "--visibility", visibility]
+    assert main([*argv, "--solutions", str(ROOT / "solutions")]) == 0
+    with zipfile.ZipFile(out) as zf:
+        assert json.loads(zf.read("autograder.json"))["visibility"] == visibility
+
+
+def test_an_unknown_visibility_is_refused(tmp_path, capsys):
+    with pytest.raises(UsageError, match="after_due_date"):
+        gradescope.export("08", out=tmp_path / "x.zip", visibility="later")
+    with pytest.raises(SystemExit):
+        main(["export", "gradescope", "08", "--visibility", "later"])
+    assert "invalid choice: 'later'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("visibility", gradescope.VISIBILITIES)
+def test_details_carry_the_message_and_hint_at_the_visibility_scores_stay_visible(visibility):
+    row = Row("s", "08", "08-x", FAILED, 0.0, 2.0, 1.0, 2.0, "cpu", "norm 1 above 0.5", "clip it")
+    score, explained = autograder._tests(row, {}, visibility)
+    assert score["visibility"] == "visible" and score["max_score"] == 2.0
+    assert score["output"].startswith("Failed.")
+    assert "clip it" not in score["output"] and "norm 1" not in score["output"]
+    assert explained["visibility"] == visibility and explained["max_score"] == 0
+    assert explained["name"] == "08-x: details"
+    assert "norm 1 above 0.5" in explained["output"] and "*Hint:* clip it" in explained["output"]
 
 
 # --- grading on the eight submissions -----------------------------------------------------
@@ -286,7 +455,7 @@ def test_a_solved_notebook_earns_every_point_with_speed_shown_not_graded(graded)
     assert results["score"] == sum(t["max_score"] for t in results["tests"]) > 0
     amp = next(t for t in results["tests"] if t["name"] == "04-amp-step")
     assert amp["status"] == "passed" and amp["score"] == amp["max_score"] > 0
-    assert UNTIMED_PLATFORMS["gradescope"] in amp["output"]  # its speed part, not graded
+    assert UNTIMED_PLATFORMS["gradescope"] in details(results)["04-amp-step"]["output"]
     assert "04-amp-step (speed)" in results["output"]
     assert all(
         t["status"] == "passed"
@@ -299,19 +468,20 @@ def test_an_untouched_notebook_scores_nothing_and_says_not_attempted(graded):
         results = graded["results"][lesson, "untouched"]
         assert results["score"] == 0
         assert {t["extra_data"]["status"] for t in results["tests"]} == {"not-attempted"}
-        assert all("Not attempted yet" in t["output"] for t in results["tests"])
+        assert all("Not attempted yet" in t["output"] for t in results["tests"])  # both kinds
 
 
 def test_a_dead_kernel_keeps_the_points_before_it_and_says_why_for_the_rest(graded):
     results = graded["results"][CRASH_AFTER_FIRST_CHECK, "crashing"]
-    first, *rest = results["tests"]
+    first, *rest = scored(results)
     assert first["status"] == "passed" and results["score"] == first["score"] > 0
     assert rest and all(t["extra_data"]["status"] == "missing" for t in rest)
-    assert all("kernel died" in t["output"] for t in rest)
+    assert all("Did not run" in t["output"] for t in rest)
+    assert all("kernel died" in details(results)[t["name"]]["output"] for t in rest)
     assert "did not finish" in results["output"]
     at_once = graded["results"]["04_mixed_precision", "crashing"]
     assert at_once["score"] == 0 and at_once["tests"]
-    assert all("kernel died" in t["output"] for t in at_once["tests"])
+    assert all("kernel died" in t["output"] for t in details(at_once).values())
 
 
 def test_a_garbage_upload_scores_nothing_and_every_check_says_why(graded):
@@ -319,6 +489,30 @@ def test_a_garbage_upload_scores_nothing_and_every_check_says_why(graded):
     assert results["score"] == 0 and len(results["tests"]) == 4
     assert all("not a readable notebook" in t["output"] for t in results["tests"])
     assert "08_gradient_clipping.ipynb" in results["output"]
+
+
+@pytest.mark.parametrize(("lesson", "kind"), CASES)
+def test_scores_are_visible_and_details_come_at_the_exported_visibility(graded, lesson, kind):
+    results = graded["results"][lesson, kind]
+    assert results["extra_data"]["visibility"] == VISIBILITY[lesson]
+    assert all(t["visibility"] == "visible" for t in scored(results))
+    if kind == "garbage":  # not graded at all: why is about the upload, shown at once
+        assert not details(results)
+        return
+    assert list(details(results)) == [t["name"] for t in scored(results)]
+    assert all(t["visibility"] == VISIBILITY[lesson] for t in details(results).values())
+
+
+def test_results_json_records_the_exporters_and_the_graders_versions(graded, zips):
+    with zipfile.ZipFile(zips["08_gradient_clipping"]) as zf:
+        exported = json.loads(zf.read("autograder.json"))["versions"]
+    extra = graded["results"]["08_gradient_clipping", "solved"]["extra_data"]
+    assert extra["exported_with"] == exported
+    assert extra["graded_with"] == {
+        "python": platform.python_version(),
+        "torch": metadata.version("torch"),
+        "torchvision": metadata.version("torchvision"),
+    }
 
 
 def test_run_autograder_exits_zero_and_leaves_stdout_for_the_instructor(graded):
@@ -345,6 +539,25 @@ def test_several_notebooks_are_not_graded_and_named(root):
     nb = submission("08_gradient_clipping", "untouched")
     results = autograder.run(root({"a.ipynb": nb, "sub/b.ipynb": nb}))
     assert "2 notebooks (a.ipynb, sub/b.ipynb)" in results["output"]
+
+
+def test_an_upload_refused_unrun_says_why_at_once_and_a_run_one_in_details(root, monkeypatch):
+    """grade_submission's early returns (unreadable, another lesson's, forged) give every check
+    one error and no executed notebook: that reason is about the upload, so it is not held back
+    with the details; the same rows from a run are check messages, so they are."""
+    ag = root({"hw.ipynb": submission("08_gradient_clipping", "untouched")})
+    checks = gradescope.points_per_check(ROOT / "solutions" / "08_gradient_clipping.ipynb")
+    rows = [
+        Row("hw", "08_gradient_clipping", c, "error", 0.0, p, None, None, "cpu", "a copy of 04")
+        for c, p in checks.items()
+    ]
+    for executed, held_back in ((None, False), (nbformat.v4.new_notebook(), True)):
+        graded = Graded(rows, executed=executed)
+        monkeypatch.setattr(autograder, "grade_submission", lambda *a, g=graded, **k: g)
+        results = autograder.run(ag)
+        assert_gradescope_results(results)
+        assert bool(details(results)) is held_back
+        assert ("a copy of 04" in results["output"]) is not held_back
 
 
 def test_checkpoints_and_macos_copies_are_not_uploads(root):

@@ -39,7 +39,7 @@ from ..protocol import (
 )
 from .feedback import explain
 from .gradescope import CONFIG, TORCH_FAMILY, AutograderConfig, points_per_check
-from .records import Row, Submission
+from .records import Graded, Row, Submission
 from .settings import RunSettings
 from .submission import grade_submission
 
@@ -66,7 +66,7 @@ STATUS_LINE = {
     PASSED: "Passed.",
     FAILED: "Failed.",
     NOT_ATTEMPTED: "Not attempted yet.",
-    ERROR: "Error: an exception stopped the check.",
+    ERROR: "Error: the check stopped before its verdict.",
     TIMEOUT: "Timed out: a cell ran past its time limit.",
     MISSING: "Did not run: the notebook stopped before this check.",
     NOT_APPLICABLE: "Not applicable here (not counted).",
@@ -80,20 +80,15 @@ SHOWN = {
 }
 
 
-def _tests(r: Row, notes: dict[str, str], visibility: str) -> list[dict]:
-    """A check's two Gradescope tests: its score with a status line, always visible; its
-    explanation (messages, note, hint) at `visibility`, worth nothing."""
+def _score_test(r: Row, output: str) -> dict:
+    """A check's points and status as a test every learner sees at once."""
     applicable = r.status != NOT_APPLICABLE
-    status = "passed" if r.status in (PASSED, NOT_APPLICABLE) else "failed"
-    details = f"{r.check}: details"
-    lead = [] if applicable else ["**Not applicable here** (not counted):", ""]
-    line = STATUS_LINE.get(r.status, r.status)
-    score = {
+    return {
         "name": r.check,
         "score": r.points,
         "max_score": r.max_points if applicable else 0.0,
-        "status": status,
-        "output": f"{line} {SHOWN[visibility].format(name=details)}",
+        "status": "passed" if r.status in (PASSED, NOT_APPLICABLE) else "failed",
+        "output": output,
         "output_format": "md",
         "visibility": "visible",
         "extra_data": {
@@ -103,17 +98,37 @@ def _tests(r: Row, notes: dict[str, str], visibility: str) -> list[dict]:
             "device_class": r.device_class,
         },
     }
+
+
+def _tests(r: Row, notes: dict[str, str], visibility: str) -> list[dict]:
+    """A check's two Gradescope tests: its score with a status line, always visible; its
+    explanation (messages, note, hint) at `visibility`, worth nothing."""
+    details = f"{r.check}: details"
+    line = f"{STATUS_LINE.get(r.status, r.status)} {SHOWN[visibility].format(name=details)}"
+    score = _score_test(r, line)
+    lead = [] if r.status != NOT_APPLICABLE else ["**Not applicable here** (not counted):", ""]
     explained = {
         "name": details,
         "score": 0.0,
         "max_score": 0.0,
-        "status": status,
+        "status": score["status"],
         "output": "\n".join(lead + explain(r, notes)),
         "output_format": "md",
         "visibility": visibility,
         "extra_data": {"details_of": r.check, "status": r.status},
     }
     return [score, explained]
+
+
+def _refused(graded: Graded) -> bool:
+    """Graded without being run, every check for one reason: an unreadable upload, a copy of
+    another lesson, a notebook that forges results (`grade_submission`'s early returns)."""
+    rows = graded.rows
+    return (
+        graded.executed is None
+        and all(r.status == ERROR for r in rows)
+        and len({r.message for r in rows}) == 1
+    )
 
 
 def _unrun(checks: dict[str, float], why: str) -> list[dict]:
@@ -269,6 +284,10 @@ def grade_upload(root: Path, config: AutograderConfig, checks: dict[str, float],
     if len(rows) == 1 and not rows[0].check:  # unreadable, or not this lesson's notebook
         why = f"{rows[0].message} (this assignment grades `{config.lesson}.ipynb`)"
         return _results(config, _unrun(checks, why), f"**Not graded**: {why}.", started)
+    if _refused(graded):  # the reason is about the upload, not a hint: shown at once
+        why = f"{rows[0].message} (this assignment grades `{config.lesson}.ipynb`)"
+        tests = [_score_test(r, f"Not graded: {why}") for r in rows]
+        return _results(config, tests, f"**Not graded**: {why}.", started)
     tests = [t for r in rows for t in _tests(r, notes, config.visibility)]
     earned, possible = sum(t["score"] for t in tests), sum(t["max_score"] for t in tests)
     return _results(config, tests, _summary(rows, config, earned, possible), started)

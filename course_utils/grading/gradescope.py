@@ -16,9 +16,9 @@ without a route to one fails in seconds with the reason, not after pip's minutes
 
 Visibility (`--visibility`): Gradescope sets it per test, so each check is two tests. `NN-check`
 is always visible: its score and a one-line status. `NN-check: details` (0 points) carries the
-check's messages and hint at the chosen visibility. A submission that cannot be graded at all
-(no notebook, unreadable) says why in visible tests: that reason is about the upload, not a
-hint.
+check's messages and hint at the chosen visibility. A submission that is not run at all (no
+notebook, unreadable, another lesson's, forged) says why in visible tests: that reason is about
+the upload, not a hint.
 """
 
 from __future__ import annotations
@@ -47,47 +47,8 @@ MARGIN_S = 180
 # installed from the torch index at the exporter's minor release, not pinned exactly: the
 # index serves builds (+cpu, +cu130) of the same version that differ from the exporter's
 TORCH_FAMILY = ("torch", "torchvision")
-# stdlib only (the image's python3 runs it before any venv exists); setup.sh passes the pages
-# pip reads first. A thread bounds the whole request, DNS included, which timeout= does not.
-PROBE_INDEXES = '''"""Exit 1 with the reason unless every URL answers within 10 s: setup.sh runs this
-before pip, whose own retries take minutes to fail. Written by `course export gradescope`."""
-import sys
-import threading
-import urllib.request
-
-TIMEOUT_S = 10
-
-
-def reach(url, outcome):
-    try:
-        urllib.request.urlopen(url, timeout=TIMEOUT_S).close()
-        outcome.append("")
-    except Exception as exc:  # refused, no DNS, HTTP 404, a malformed URL: each stops the build
-        outcome.append("%s: %s" % (type(exc).__name__, exc))
-
-
-def main(urls):
-    for url in urls:
-        outcome = []
-        worker = threading.Thread(target=reach, args=(url, outcome), daemon=True)
-        worker.start()
-        worker.join(TIMEOUT_S)
-        why = outcome[0] if outcome else "no answer"
-        if why:
-            print(
-                "setup.sh: cannot reach %s within %d s (%s); stopping before pip. The build "
-                "needs this index: set COURSE_TORCH_INDEX (torch's) or PIP_INDEX_URL (PyPI's) "
-                "to one it can reach, or re-export with --torch-index." % (url, TIMEOUT_S, why),
-                file=sys.stderr,
-            )
-            return 1
-        print("setup.sh: %s answers" % url)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
-'''
+# stdlib only (the image's python3 runs it before any venv exists), shipped in the zip as is
+PROBE_INDEXES = Path(__file__).with_name("probe_indexes.py")
 
 SETUP_SH = """#!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder (Ubuntu base image).
@@ -377,7 +338,7 @@ def export(
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w") as zf:
         _add(zf, "setup.sh", setup_sh(config.versions, torch_index).encode(), executable=True)
-        _add(zf, "probe_indexes.py", PROBE_INDEXES.encode())
+        _add(zf, "probe_indexes.py", PROBE_INDEXES.read_bytes())
         _add(zf, "constraints.txt", constraints(config.versions).encode())
         _add(zf, "run_autograder", RUN_AUTOGRADER.encode(), executable=True)
         _add(zf, CONFIG, json.dumps(asdict(config), indent=1).encode())
