@@ -4,11 +4,18 @@ The check decides, not a probe of the learner's code: a stub that happens not to
 input is still unsolved, and an answer redefined after its check is unchecked until the check
 runs again. `course_utils.checks` records each verdict here and re-exports
 `learner_or_reference`, which notebooks call as `cu.checks.learner_or_reference`.
+
+In the learner edition (`course release`) each reference answer is a `withheld` placeholder:
+a demo whose answer has not passed its check then stops, saying why (ReferenceWithheld), as
+there is no reference to run instead.
 """
 
 from __future__ import annotations
 
+from .errors import ReferenceWithheld
 from .protocol import NOT_APPLICABLE, NOT_ATTEMPTED, PASSED
+
+WITHHELD = "withheld"  # the verdict of a check that needed a reference the edition leaves out
 
 _verdicts: dict[int, tuple[object, str]] = {}  # id(answer) -> (answer, its last check's status)
 
@@ -36,6 +43,8 @@ def learner_or_reference(answer, reference, what: str):
     status = verdict_of(answer)
     if status in (PASSED, NOT_APPLICABLE):
         return answer
+    if is_withheld(reference):
+        raise ReferenceWithheld(reference.__name__, _no_reference(what, status))
     why = {
         None: "has not been through its check yet (run the check cell below it)",
         NOT_ATTEMPTED: "is not written yet",
@@ -45,3 +54,51 @@ def learner_or_reference(answer, reference, what: str):
 
 
 USES_REFERENCE = "this demo uses the lesson's reference answer"
+
+
+class Withheld:
+    """What the learner edition has in place of a reference answer: calling it (or building
+    it, for a class) raises ReferenceWithheld. `is_reference`: a check never guards it as
+    the learner's code."""
+
+    is_reference = True
+
+    def __init__(self, name: str):
+        self.__name__ = self.__qualname__ = name
+
+    def __call__(self, *args, **kwargs):
+        raise ReferenceWithheld(self.__name__)
+
+    def __repr__(self) -> str:
+        return f"<{self.__name__}: a reference answer the learner edition leaves out>"
+
+
+_withheld: list[str] = []  # names of the placeholders made in this process
+
+
+def withheld(name: str) -> Withheld:
+    """The placeholder `course release` writes for the reference answer `name`."""
+    _withheld.append(name)
+    return Withheld(name)
+
+
+def withheld_names() -> list[str]:
+    """The reference answers this edition leaves out, among the modules imported so far."""
+    return list(_withheld)
+
+
+def is_withheld(obj) -> bool:
+    return isinstance(obj, Withheld)
+
+
+def _no_reference(what: str, status: str | None) -> str:
+    """Why a demo stops in the learner edition, in one line."""
+    if status == WITHHELD:
+        return (
+            f"this demo needs a checked `{what}`, and its check needs the lesson's reference "
+            "answer, which the learner edition leaves out (your instructor grades it)"
+        )
+    return (
+        f"this demo needs your `{what}` to pass its check first; the learner edition has no "
+        "reference answer to show meanwhile"
+    )

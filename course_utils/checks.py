@@ -26,9 +26,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .answers import USES_REFERENCE, learner_or_reference, record, verdict_of
+from .answers import USES_REFERENCE, WITHHELD, learner_or_reference, record, verdict_of
 from .device import DEVICE_CLASSES, device_class
-from .errors import CheckFailed, HeldOutUsed, ReferenceUsed
+from .errors import CheckFailed, HeldOutUsed, ReferenceUsed, ReferenceWithheld
 from .mode import untimed_reason
 from .protocol import ERROR, FAILED, MIME, NOT_APPLICABLE, NOT_ATTEMPTED, PASSED
 
@@ -372,6 +372,19 @@ def check(check_id: str, points: float, hint: str = "") -> Callable:
             kwargs = {k: _guard(v) for k, v in kwargs.items()}
             try:
                 result = _summarise(check_id, points, hint, list(body(*args, **kwargs)))
+            except ReferenceWithheld:  # the learner edition: no reference to compare with
+                result = CheckResult(
+                    check_id,
+                    NOT_APPLICABLE,
+                    0.0,
+                    points,
+                    device_class(),
+                    "graded by your instructor: this self-check needs the lesson's reference "
+                    "answer, which the learner edition leaves out",
+                    hint,
+                )
+                record(answers, WITHHELD)  # not a pass: demos must not run it as checked
+                answers = []
             except ReferenceUsed as exc:
                 result = CheckResult(check_id, FAILED, 0.0, points, device_class(), str(exc), hint)
             except NotImplementedError:

@@ -138,6 +138,20 @@ def _export(args) -> int:
             time_limit_minutes=args.time_limit,
             grade_speed=args.grade_speed,
             torch_index=args.torch_index,
+            visibility=args.visibility,
+        )
+    )
+    return 0
+
+
+def _release(args) -> int:
+    from .release import DEFAULT_INSTALL, release
+
+    print(
+        release(
+            Path(args.dir),
+            solutions=Path(args.solutions),
+            install_url=args.install_url or DEFAULT_INSTALL,
         )
     )
     return 0
@@ -245,6 +259,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(run=_selftest)
 
+    p = sub.add_parser(
+        "release",
+        help="write the learner edition to DIR: notebooks and harness, no reference answers",
+    )
+    p.add_argument("dir", metavar="DIR", help="a new (or empty) folder")
+    p.add_argument("--solutions", default="solutions")
+    p.add_argument(
+        "--install-url",
+        help="what the notebooks' Colab setup cell pip-installs (default: this course's git "
+        "URL, the full course, references included: pass where you host DIR)",
+    )
+    p.set_defaults(run=_release)
+
     p = sub.add_parser("export", help="export a notebook's grading to another platform")
     targets = p.add_subparsers(dest="target", required=True)
     p = targets.add_parser("gradescope", help="a Gradescope autograder zip for notebook NN")
@@ -265,7 +292,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--torch-index",
         default="https://download.pytorch.org/whl/cpu",
-        help="where setup.sh installs torch from (default: the PyTorch CPU wheels)",
+        help="where setup.sh installs torch from (default: the PyTorch CPU wheels); "
+        "$COURSE_TORCH_INDEX overrides it when Gradescope builds the autograder",
+    )
+    p.add_argument(
+        "--visibility",
+        # gradescope.VISIBILITIES, not imported here: the parser stays free of nbformat
+        choices=("hidden", "after_due_date", "after_published", "visible"),
+        default="after_due_date",
+        help="when learners see each check's messages and hint (scores: always); "
+        "default after_due_date",
     )
     p.add_argument("--solutions", default="solutions")
     p.set_defaults(run=_export)

@@ -58,3 +58,20 @@ class HeldOutUsed(ReferenceUsed):
             "to those images, so its score no longer says how it does on new ones. Train and "
             "decide on train_set only (hold out part of it if you want a validation score)",
         )
+
+
+class ReferenceWithheld(CourseError):
+    """Raised when code calls a reference answer that the learner edition leaves out.
+
+    `course release` replaces each answer by a placeholder that raises this, naming what the
+    full course would have run; a check then says "graded by your instructor", and a demo
+    cell says why it stops (course_utils.skipping), without a traceback.
+    """
+
+    def __init__(self, name: str, message: str = ""):
+        self.name = name
+        super().__init__(
+            message
+            or f"`{name}` is the lesson's reference answer, which the learner edition leaves "
+            "out (the full course runs it here)"
+        )

@@ -8,7 +8,8 @@ import random
 import numpy as np
 import torch
 
-from . import mode
+from . import mode, skipping
+from .answers import withheld_names
 from .data import dataset_source
 from .device import env_info, get_device, peak_flops
 
@@ -160,4 +161,6 @@ def setup(quick: bool | None = None, seed: int = 0, verbose: bool = True) -> dic
     decision = decide_mode(quick)
     mode.set_auto(decision if decision.source == "auto" else None)
     seed_everything(seed)
+    if withheld_names():  # the learner edition: a cell needing a reference stops, Run All goes on
+        skipping.install()
     return env(verbose)

@@ -7,6 +7,7 @@ from .checks import (
     check_remove_biases,
     check_speed_verdict,
 )
+from .dataflow import feeds_bn
 from .demo import (
     REDUNDANT,
     cancellation,
@@ -21,7 +22,6 @@ from .demo import (
 )
 from .plots import plot_pair_ratios
 from .reference import (
-    feeds_bn,
     reference_fuse_for_inference,
     reference_remove_redundant_biases,
     reference_speed_verdict,

@@ -15,7 +15,8 @@ from torch.overrides import TorchFunctionMode
 from ...checks import Threshold, at_least, at_most, check, correct, retry_measure
 from ...device import device_class
 from ...models import count_parameters
-from . import demo, reference
+from . import demo
+from .dataflow import feeds_bn
 
 THRESHOLDS = {
     "bn_ops_left": Threshold(
@@ -130,7 +131,7 @@ def _eval_cause(original: nn.Module, model: nn.Module, removed_right, removed_wr
             f"the running_var of {stats_moved[:3]} changed: a train-mode forward ran on the "
             "model itself (probe on a copy.deepcopy)"
         )
-    fed = reference.feeds_bn(original, demo.scenario_input(), train=True)
+    fed = feeds_bn(original, demo.scenario_input(), train=True)
     unfolded = [
         name
         for name in sorted(removed_right)

@@ -14,8 +14,11 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ...answers import is_withheld
+from ...errors import ReferenceWithheld
 from ...mode import pick
 from .launch import describe_failure, torchrun
+from .reference import reference_accumulate
 
 
 def what_pickle_stores(fn) -> dict:
@@ -91,6 +94,12 @@ class Scaling:
 
 def measure_scaling(timeout_s: float = 180) -> Scaling:
     """Launch bench.py on 2 processes (about 5 s on an idle 2-core CPU, more when loaded)."""
+    if is_withheld(reference_accumulate):  # bench.py times it beside plain DDP
+        raise ReferenceWithheld(
+            "reference_accumulate",
+            "this benchmark times the lesson's answer to exercise 2 (accumulation with no_sync) "
+            "beside plain DDP, and the learner edition leaves that answer out",
+        )
     # each process imports torch before the first step: say so, or the cell looks hung
     print("launching the benchmark: 2 processes under torchrun, each importing torch ...")
     with tempfile.TemporaryDirectory(prefix="course06-") as out:

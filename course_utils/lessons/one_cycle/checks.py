@@ -115,7 +115,7 @@ def _one_cycle_case(fit_one_cycle: Callable, kind: str, max_lr: float) -> list:
                 f"{len(lrs)} optimizer steps; {epochs} epochs of {batches} batches make {total}",
             )
         ]
-    ref_lr, ref_mom = (np.asarray(a) for a in judge.reference_schedule(kind, max_lr, total))
+    ref_lr, ref_mom = (np.asarray(a) for a in judge.one_cycle_schedule(kind, max_lr, total))
     changes = int(np.sum(~np.isclose(lrs[1:], lrs[:-1], rtol=1e-9)))
     per_batch = changes >= total - 2
     parts = [

@@ -184,7 +184,7 @@ def _optimizer(kind: str, params, lr: float) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=lr)
 
 
-def reference_schedule(kind: str, max_lr: float, total: int) -> tuple[list[float], list[float]]:
+def one_cycle_schedule(kind: str, max_lr: float, total: int) -> tuple[list[float], list[float]]:
     """lr and momentum/beta1 that OneCycleLR (defaults) gives at each of `total` steps."""
     optimizer = _optimizer(kind, [nn.Parameter(torch.zeros(1))], max_lr)
     scheduler = OneCycleLR(optimizer, max_lr=max_lr, total_steps=total)

@@ -1,0 +1,343 @@
+"""`course release DIR`: the learner edition, the notebooks and a harness without the answers.
+
+What learners get: the learner copies of every notebook (built from solutions/ as `course
+assign` builds notebooks/, their Colab setup cell installing from `install_url`) and the
+`course_utils` package without the instructor's tools (grading/, report, headlines, the
+learner-path runner, this module, the lessons' selftests but those holding a notebook's run-time
+COST, lesson 06's solution scripts). In every copied module each top-level function or class
+that is a reference answer becomes `name = withheld("name")`, a placeholder that raises
+ReferenceWithheld: a check that needs it says "graded by your instructor", a demo that would run
+it says why it stops and Run All goes on (course_utils.skipping). `course grade`, `selftest`,
+`report` and the Gradescope export run in the instructor's copy and keep the references.
+
+Before writing anything, every notebook is read for cells that will stop there, and a check or
+an exercise cell that depends on one fails the release (AuthoringError), as does a cell that
+is not a demo and runs a reference directly.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+import symtable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .authoring import REPOSITORY, check_id_of, dumps, has_solution, learner_copy, read
+from .errors import AuthoringError, UsageError
+from .skipping import bound_names
+
+PACKAGE = Path(__file__).resolve().parent
+LEFT_OUT = (  # relative to the package: instructor tools, and answers kept whole
+    "grading",
+    "report.py",
+    "headlines.py",
+    "learner_run.py",
+    "release.py",
+    "lessons/distributed/reference_scripts.py",
+)
+KEPT = frozenset({"ReferenceLAMB"})  # notebook 02's comparison optimizer, not an exercise's answer
+ANSWERS_UNPREFIXED = frozenset({"exact_break_even"})  # answers not named reference_*
+DEFAULT_INSTALL = f"git+{REPOSITORY}"  # what authoring.setup_cell installs: the full course
+DEMO_TAG = "demo"
+WITHHELD_NOTE = "a reference answer, left out of the learner edition"
+
+
+def is_answer(name: str) -> bool:
+    """Whether a top-level function or class of a lesson is a reference answer to withhold."""
+    named = name.startswith(("reference_", "Reference")) or name in ANSWERS_UNPREFIXED
+    return named and name not in KEPT
+
+
+@dataclass
+class ReleaseSummary:
+    """What `release` wrote and left out."""
+
+    out: Path
+    notebooks: list[str]
+    withheld: dict[str, list[str]] = field(default_factory=dict)  # module -> names
+    left_out: list[str] = field(default_factory=list)
+    stopping: dict[str, list[int]] = field(default_factory=dict)  # notebook -> cells that may stop
+    install_url: str = DEFAULT_INSTALL
+
+    def __str__(self) -> str:
+        names = sum(len(v) for v in self.withheld.values())
+        lines = [
+            f"wrote the learner edition to {self.out}: {len(self.notebooks)} notebooks, "
+            f"course_utils with {names} reference answers withheld in {len(self.withheld)} "
+            f"modules; left out: {', '.join(self.left_out)}",
+            f"the Colab setup cells install: {self.install_url}",
+        ]
+        if self.install_url == DEFAULT_INSTALL:
+            lines.append(
+                "note: that is the full course, reference answers included; host this folder "
+                "and pass its pip URL as --install-url"
+            )
+        return "\n".join(lines)
+
+
+# --- the package ----------------------------------------------------------------------------
+
+
+def withhold(source: str, module: str) -> tuple[str, list[str]]:
+    """`source` with each top-level answer replaced by `name = withheld("name")`, and the
+    private helpers only those answers used removed; returns it and the names withheld."""
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    answers = [
+        n
+        for n in tree.body
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        and is_answer(n.name)
+    ]
+    if not answers:
+        return source, []
+    spans = {_span(n): f'{n.name} = withheld("{n.name}")  # {WITHHELD_NOTE}\n' for n in answers}
+    spans |= {_span(n): "" for n in _orphans(tree, {n.name for n in answers})}
+    for (start, end), text in sorted(spans.items(), reverse=True):
+        lines[start:end] = [text]
+    level = module.count(".")  # course_utils.lessons.x.reference -> from ...answers
+    at = _after_future_import(tree)
+    lines.insert(at, f"\nfrom {'.' * level}answers import withheld\n")
+    text = re.sub(r"\n{4,}", "\n\n\n", "".join(lines)).rstrip("\n") + "\n"
+    return text, [n.name for n in answers]
+
+
+def _span(node: ast.stmt) -> tuple[int, int]:
+    first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+    return first - 1, node.end_lineno
+
+
+def _orphans(tree: ast.Module, removed: set[str]) -> list[ast.stmt]:
+    """Private top-level functions and classes that nothing left in the module uses."""
+    defs = {
+        n.name: n
+        for n in tree.body
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    }
+    gone = set(removed)
+    while True:
+        used = set()
+        for name, node in defs.items():
+            if name not in gone:
+                used |= _names_used(node)
+        used |= {
+            n for stmt in tree.body if not isinstance(stmt, tuple(_DEFS)) for n in _names_used(stmt)
+        }
+        orphans = {n for n in defs if n.startswith("_") and n not in gone and n not in used}
+        if not orphans:
+            return [defs[n] for n in sorted(gone - removed)]
+        gone |= orphans
+
+
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _names_used(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
+    }
+
+
+def _after_future_import(tree: ast.Module) -> int:
+    """The line index after the docstring and `from __future__` imports."""
+    at = 0
+    for stmt in tree.body:
+        docstring = isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+        future = isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__"
+        if not (docstring or future):
+            break
+        at = stmt.end_lineno
+    return at
+
+
+def _left_out(rel: Path) -> bool:
+    text = rel.as_posix()
+    if any(text == x or text.startswith(x + "/") for x in LEFT_OUT):
+        return True
+    return rel.parts[0] == "lessons" and rel.name == "selftest.py"
+
+
+def copy_package(out: Path, package: Path = PACKAGE) -> tuple[dict[str, list[str]], list[str]]:
+    """Copy the harness to out/course_utils, answers withheld; ({module: names}, left out)."""
+    withheld: dict[str, list[str]] = {}
+    left_out: set[str] = set()
+    for path in sorted(package.rglob("*")):
+        rel = path.relative_to(package)
+        if "__pycache__" in rel.parts or path.is_dir():
+            continue
+        keeps_cost = rel.name == "selftest.py" and re.search(r"^COST\b", path.read_text(), re.M)
+        if _left_out(rel) and not keeps_cost:  # the estimator reads a notebook's COST
+            folder = len(rel.parts) > 1 and rel.parts[0] in LEFT_OUT
+            left_out.add(f"{rel.parts[0]}/" if folder else rel.as_posix())
+            continue
+        target = out / "course_utils" / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if path.suffix != ".py":
+            shutil.copyfile(path, target)
+            continue
+        module = ".".join(("course_utils", *rel.with_suffix("").parts))
+        text, names = path.read_text(encoding="utf-8"), []
+        if rel.parts[0] == "lessons":  # the answers live in the lesson packages
+            text, names = withhold(text, module)
+        if names:
+            withheld[module] = names
+        target.write_text(text, encoding="utf-8")
+    return withheld, sorted(left_out)
+
+
+# --- the notebooks ----------------------------------------------------------------------------
+
+_LOR = "learner_or_reference"
+
+
+def _python(source: str) -> str:
+    """The cell as the kernel runs it: IPython magics become calls."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    return TransformerManager().transform_cell(source)
+
+
+def _reads(source: str) -> set[str]:
+    """Globals a cell reads, its functions' bodies included (their parameters and locals not)."""
+    try:
+        table = symtable.symtable(_python(source), "<cell>", "exec")
+    except SyntaxError:
+        return set()
+    reads, stack = set(), [table]
+    while stack:
+        t = stack.pop()
+        reads |= {
+            s.get_name()
+            for s in t.get_symbols()
+            if s.is_referenced() and (t is table or s.is_global())
+        }
+        stack += t.get_children()
+    return reads
+
+
+def _answers_used(source: str, answers: set[str]) -> tuple[set[str], set[str]]:
+    """(answers a cell runs directly, answers it passes to learner_or_reference)."""
+    try:
+        tree = ast.parse(_python(source))
+    except SyntaxError:
+        return set(), set()
+    fallback: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _LOR in ast.unparse(node.func) and len(node.args) > 1:
+            fallback.add(id(node.args[1]))
+    direct, passed = set(), set()
+    for node in ast.walk(tree):
+        name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)
+        if name in answers and isinstance(node, ast.Attribute | ast.Name):
+            (passed if id(node) in fallback else direct).add(name)
+    return direct, passed
+
+
+def stopping_cells(nb, name: str, answers: set[str]) -> list[int]:
+    """Indices of the cells that may stop in the learner edition: those that run an answer or
+    fall back on one, and those that read what such a cell binds. Raises AuthoringError for a
+    cell that runs an answer without being a demo, and for a check or exercise among them."""
+    stopping, names_from = [], {}  # name -> the stopping cell that binds it
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        direct, passed = _answers_used(cell.source, answers)
+        needs = sorted((_reads(cell.source) - bound_names(cell.source)) & set(names_from))
+        if direct and DEMO_TAG not in cell.metadata.get("tags", []):
+            raise AuthoringError(
+                name, i, f"runs {sorted(direct)} and is not tagged demo: the learner edition "
+                "has no reference answers (make it a demo no check depends on, or use "
+                "cu.checks.learner_or_reference)"
+            )  # fmt: skip
+        if not (direct or passed or needs):
+            continue
+        if check_id_of(cell) or has_solution(cell):
+            why = ", ".join(f"`{n}` (cell {names_from[n]})" for n in needs) or sorted(direct)
+            raise AuthoringError(
+                name, i, f"a check or exercise cell reads {why}, from a cell that stops in the "
+                "learner edition, which has no reference answers"
+            )  # fmt: skip
+        stopping.append(i)
+        names_from.update(dict.fromkeys(bound_names(cell.source), i))
+    return stopping
+
+
+def learner_notebooks(
+    solutions: Path, answers: set[str], install_url: str
+) -> tuple[dict[str, str], dict[str, list[int]]]:
+    """{name: notebook text} of every learner copy, checked; and the cells that may stop."""
+    texts, stopping = {}, {}
+    for path in sorted(solutions.glob("*.ipynb")):
+        solution = read(path)
+        stopping[path.name] = stopping_cells(solution, path.name, answers)
+        nb = learner_copy(solution, path.name)
+        setup = [c for c in nb.cells if c.cell_type == "code" and DEFAULT_INSTALL in c.source]
+        if not setup:
+            raise AuthoringError(path.name, None, f"no setup cell installs {DEFAULT_INSTALL}")
+        for cell in setup:
+            cell.source = cell.source.replace(DEFAULT_INSTALL, install_url)
+        texts[path.name] = dumps(nb)
+    if not texts:
+        raise UsageError(f"no solution notebooks in {solutions}")
+    return texts, stopping
+
+
+README = """# Faster PyTorch Training: learner edition
+
+The course's notebooks and its measuring harness (`course_utils`), without the reference
+answers: you write every exercise yourself.
+
+```bash
+pip install -e ".[lab]"          # then: jupyter lab notebooks/
+```
+
+Work top to bottom; run each check cell below its exercise. Run All on a notebook you have not
+started runs every cell. In this edition:
+
+- a self-check that compares your answer with the lesson's reference answer says *graded by
+  your instructor* (not-applicable) instead of a verdict: your instructor's grader runs it;
+- a demo that needs an answer you have not written (or one whose check is graded by your
+  instructor) says so in one line and is skipped; so are the demos that use its results. Run it
+  again once your answer's check has passed.
+"""
+
+
+def release(
+    out: Path, solutions: Path = Path("solutions"), install_url: str = DEFAULT_INSTALL
+) -> ReleaseSummary:
+    """Write the learner edition to `out` (which must not exist, or be empty); nothing is
+    written there if a notebook fails its checks."""
+    out, solutions = Path(out), Path(solutions)
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(f"{out} is not empty: release writes a fresh folder")
+    if not solutions.is_dir():
+        raise UsageError(f"no solutions folder at {solutions}")
+    staging = out.with_name(out.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        summary = _write(staging, solutions, install_url)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if out.exists():
+        out.rmdir()
+    staging.rename(out)
+    summary.out = out
+    return summary
+
+
+def _write(staging: Path, solutions: Path, install_url: str) -> ReleaseSummary:
+    withheld, left_out = copy_package(staging)
+    answers = {n for names in withheld.values() for n in names}
+    texts, stopping = learner_notebooks(solutions, answers, install_url)
+    (staging / "notebooks").mkdir()
+    for name, text in texts.items():
+        (staging / "notebooks" / name).write_text(text, encoding="utf-8")
+    root = PACKAGE.parent
+    for name in ("pyproject.toml", "LICENSE", "environment.yml"):
+        if (root / name).exists():
+            shutil.copyfile(root / name, staging / name)
+    (staging / "README.md").write_text(README, encoding="utf-8")
+    return ReleaseSummary(staging, sorted(texts), withheld, left_out, stopping, install_url)
