@@ -273,7 +273,10 @@ def test_ctrl_c_stops_the_notebook_in_flight_at_once_and_leaves_nothing_behind(t
     subs.mkdir()
     write(read(scenarios / f"solved_{TOY}"), subs / f"a_solved_{TOY}")
     sleeper = read(scenarios / f"solved_{TOY}")
-    sleeper.cells.insert(3, code("import time\n\ntime.sleep(60)"))
+    asleep = tmp_path / "asleep"
+    sleeper.cells.insert(
+        3, code(f"import time\n\nopen({str(asleep)!r}, 'w').close()\ntime.sleep(60)")
+    )
     write(sleeper, subs / f"b_sleeper_{TOY}")
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "course_utils", "grade", str(subs), "--out", str(out)]
@@ -281,12 +284,7 @@ def test_ctrl_c_stops_the_notebook_in_flight_at_once_and_leaves_nothing_behind(t
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     grader = psutil.Process(proc.pid)
     deadline = _time.time() + 120
-    while _time.time() < deadline:  # until the sleeper's kernel runs (after a_solved is graded)
-        kids = grader.children(recursive=True)
-        if (out / ".grading-state.json").exists() and any(
-            "ipykernel" in " ".join(k.cmdline()) for k in kids if k.is_running()
-        ):
-            break
+    while _time.time() < deadline and not asleep.exists():  # the sleeper's kernel sleeps
         _time.sleep(0.3)
     kids = grader.children(recursive=True)
     started = _time.perf_counter()
@@ -316,3 +314,21 @@ def test_a_loud_notebook_is_stored_capped_and_says_how_much_was_left_out(tmp_pat
     assert executed.stat().st_size < 2 * CELL_OUTPUT_CAP
     text = executed.read_text()
     assert "outputs came to 10.0 MB; the stored copy keeps the first 1.0 MB" in text
+
+
+def test_a_check_after_an_exercise_cell_that_timed_out_names_that_cell(tmp_path):
+    """The exercise cell hangs before it defines double(): the check's row says the cell above
+    ran past the limit, not only that `double` is not defined."""
+    from course_utils.authoring import read, write
+
+    solutions, scenarios = make_course(tmp_path)
+    nb = read(scenarios / f"solved_{TOY}")
+    cell = next(c for c in nb.cells if c.source.startswith("def double"))
+    cell.source = "while True:\n    pass\n\n" + cell.source
+    write(nb, tmp_path / f"stuck_{TOY}")
+    grade([tmp_path / f"stuck_{TOY}"], out=tmp_path / "out", solutions=solutions, cell_timeout=5)
+    with open(tmp_path / "out" / "grades.csv", newline="", encoding="utf-8") as f:
+        row = next(r for r in csv.DictReader(f) if r["check"] == "toy-double")
+    assert row["status"] == "error" and "NameError" in row["message"]
+    assert "the cell above that defines 'double'" in row["message"]
+    assert "ran past the 5 s cell limit and was interrupted" in row["message"]

@@ -14,23 +14,33 @@ code runs as our user, in that folder): it is not read, and the run's outcome is
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
 
-RUNNING: set[subprocess.Popen] = set()  # the children in flight, for stop_all()
+RUNNING: set[subprocess.Popen] = set()  # the children in flight, for stopped()
+_STOPPING = threading.Event()  # set while an engine stops: a child starting then is killed
 
 
-def stop_all() -> None:
-    """Kill every child in flight and its kernel, now: Ctrl-C must not wait for a notebook."""
-    for proc in list(RUNNING):
-        _kill_tree(proc)
+@contextlib.contextmanager
+def stopped() -> Iterator[None]:
+    """Kill every child in flight and its kernel, now, and any that starts until the block
+    ends (the engine waits there for its threads): Ctrl-C must not wait for a notebook."""
+    _STOPPING.set()
+    try:
+        for proc in list(RUNNING):
+            _kill_tree(proc)
+        yield
+    finally:
+        _STOPPING.clear()
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:
@@ -124,6 +134,8 @@ def execute_isolated(
     finally:
         os.close(write_end)  # the child holds it now: EOF on our end when the child is gone
     RUNNING.add(proc)
+    if _STOPPING.is_set():  # started while the engine stops (after its sweep of RUNNING)
+        _kill_tree(proc)
     witness = Witnessed(read_end)
     try:
         _, stderr = proc.communicate(timeout=notebook_timeout)

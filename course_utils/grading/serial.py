@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .isolated import stop_all
+from .isolated import stopped
 from .outbox import GradeSummary, Outbox
 from .records import Graded, Row, Submission
 from .settings import RunSettings, fingerprint, gpu_count, grading_settings
@@ -72,8 +72,8 @@ def grade_serially(
             else:
                 outbox.reuse(sub, result)
     except BaseException:  # Ctrl-C: stop the notebooks in flight now and start nothing more;
-        stop_all()  # the state file has what was done, their work folders go with them
-        pool.shutdown(wait=True, cancel_futures=True)
+        with stopped():  # the state file has what was done, their work folders go with them
+            pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown()
     return outbox.finish(subs)
