@@ -281,7 +281,13 @@ def test_ctrl_c_stops_the_notebook_in_flight_at_once_and_leaves_nothing_behind(t
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "course_utils", "grade", str(subs), "--out", str(out)]
     cmd += ["--solutions", str(solutions), "--timeout", "120"]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+
+    # a job started in the background of a non-interactive shell (a CI runner may do so)
+    # inherits SIGINT ignored, and Python then keeps ignoring it: a terminal's Ctrl-C is not
+    def as_from_a_terminal() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, preexec_fn=as_from_a_terminal)
     grader = psutil.Process(proc.pid)
     deadline = _time.time() + 120
     while _time.time() < deadline and not asleep.exists():  # the sleeper's kernel sleeps
