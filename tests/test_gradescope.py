@@ -1,4 +1,4 @@
-"""course_utils.gradescope and .autograder: the exported zip, unpacked into a temporary /autograder-shaped
+"""course_utils.grading.gradescope and .autograder: the exported zip, unpacked into a temporary /autograder-shaped
 folder and run by its own run_autograder (setup.sh skipped: this environment's Python runs
 the zip's course/), on a solved, an untouched, a crashing and a garbage submission of 04 and
 08 in quick mode. Each results.json must follow Gradescope's spec and score what `course
