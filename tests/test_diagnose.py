@@ -177,11 +177,15 @@ def test_for_loop_optimizer_on_many_small_tensors():
     torch.manual_seed(0)
     model = MLP(dim=16, hidden=16, depth=64)  # 130 tensors: per-tensor overhead shows
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
-    # fp32, batch 2048: past the knee, no small-batch finding. (Under bf16 autocast, which the
-    # probes now time in, the knee of this 16-wide MLP lies beyond 2048: 1.5-1.6x at 4096-8192.)
+    # fp32, batch 2048: near this 16-wide MLP's knee, where the batch probe is not the subject
+    # (its own tests are): a loaded CI rehearsal measured 1.30x at 4096 and 1.60x at 8192 and
+    # added a small-batch finding beside this one, which other runs did not
     data = vectors(n=4096, dim=16, batch=2048)
     step = tuned_step(model, opt, amp=False)
-    f = only(diagnose(model, opt, data, step, steps=STEPS), "optimizer-loop")
+    d = diagnose(model, opt, data, step, steps=STEPS)
+    assert set(d.kinds()) - {"small-batch"} == {"optimizer-loop"}, str(d)
+    f = d["optimizer-loop"]
+    assert f.lesson == LESSONS["optimizer-loop"] and f.evidence and f.fix
     assert f.data["impl"] == "for-loop" and f.gain >= 1.05
 
 
