@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import html
-import inspect
 import os
 import traceback
 from collections.abc import Callable
@@ -28,12 +27,20 @@ from pathlib import Path
 
 from .answers import USES_REFERENCE, WITHHELD, learner_or_reference, record, verdict_of
 from .device import DEVICE_CLASSES, device_class
-from .errors import CheckFailed, HeldOutUsed, ReferenceUsed, ReferenceWithheld
+from .errors import CheckFailed, ReferenceUsed, ReferenceWithheld
+from .guards import _guard, held_out, held_out_reads, reference
 from .mode import untimed_reason
 from .protocol import ERROR, FAILED, MIME, NOT_APPLICABLE, NOT_ATTEMPTED, PASSED
 
 REGISTRY: dict[str, Callable] = {}  # check id -> the decorated check
-__all__ = ["USES_REFERENCE", "learner_or_reference", "verdict_of"]  # re-exported from answers
+__all__ = [  # re-exported: from answers, and from guards (lessons mark their answers here)
+    "USES_REFERENCE",
+    "held_out",
+    "held_out_reads",
+    "learner_or_reference",
+    "reference",
+    "verdict_of",
+]
 
 
 @dataclass(frozen=True)
@@ -58,63 +65,6 @@ class Threshold:
             raise ValueError(
                 f"measured_on names unknown device classes {unknown}: {DEVICE_CLASSES}"
             )
-
-
-# --- reference answers are off limits to the learner's code while a check runs ------------
-
-_learner_depth = 0  # > 0 while a check is running code the learner passed in
-
-
-def reference(fn: Callable) -> Callable:
-    """Mark a lesson's reference answer: usable by demos and by checks, not by the learner's
-    function while it is being graded."""
-
-    @functools.wraps(fn)
-    def guarded(*args, **kwargs):
-        if _learner_depth > 0:
-            raise ReferenceUsed(fn.__name__)
-        return fn(*args, **kwargs)
-
-    guarded.is_reference = True
-    return guarded
-
-
-held_out_reads: list[str] = []  # held-out readers the learner's code called (kept if caught)
-
-
-def held_out(fn: Callable) -> Callable:
-    """Mark a function that reads a held-out split: checks may use it to judge a model, the
-    learner's function may not while it is being graded (raises HeldOutUsed, and the call is
-    recorded in `held_out_reads` in case the learner's code catches the exception)."""
-
-    @functools.wraps(fn)
-    def guarded(*args, **kwargs):
-        if _learner_depth > 0:
-            held_out_reads.append(fn.__name__)
-            raise HeldOutUsed(fn.__name__)
-        return fn(*args, **kwargs)
-
-    return guarded
-
-
-def _as_learner(fn: Callable) -> Callable:
-    """`fn` marked as the learner's code for as long as each call runs."""
-
-    @functools.wraps(fn)
-    def call(*args, **kwargs):
-        global _learner_depth
-        _learner_depth += 1
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            _learner_depth -= 1
-
-    return call
-
-
-def _guard(arg):
-    plain = inspect.isfunction(arg) or inspect.ismethod(arg) or isinstance(arg, functools.partial)
-    return _as_learner(arg) if plain and not getattr(arg, "is_reference", False) else arg
 
 
 # --- Run All goes on past an exercise not yet written ---------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ... import checks
+from ... import guards
 from ...errors import ReferenceUsed
 
 
@@ -43,7 +43,7 @@ class _Reference(torch.optim.Optimizer):
     guarded = True
 
     def _refuse_inside_a_check(self) -> None:
-        if self.guarded and checks._learner_depth > 0:  # named as the lesson names it
+        if self.guarded and guards._learner_depth > 0:  # named as the lesson names it
             raise ReferenceUsed(
                 next(c for c in type(self).__mro__ if c.__module__ == __name__).__name__
             )

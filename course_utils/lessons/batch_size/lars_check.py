@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ... import checks
+from ... import guards
 from ...checks import check, correct
 from . import lars_specimen as spec
 
@@ -18,14 +18,14 @@ def _run(optimizer_class, defaults: dict = spec.DEFAULTS) -> list[list[torch.Ten
     each step as a warm-up scheduler sets it. The class runs as the learner's code, whatever
     it is: the lesson's ReferenceLARS, or code calling it, is refused (ReferenceUsed)."""
     params = [torch.nn.Parameter(w.clone()) for w in spec.initial_weights()]
-    optimizer = checks._as_learner(optimizer_class)(spec.param_groups(params), **defaults)
+    optimizer = guards._as_learner(optimizer_class)(spec.param_groups(params), **defaults)
     out = []
     for t, grads in enumerate(spec.gradients()):
         for group, settings in zip(optimizer.param_groups, spec.GROUPS, strict=True):
             group["lr"] = settings["lr"] * spec.LR_SCHEDULE[t]
         for p, g in zip(params, grads, strict=True):
             p.grad = g.clone()
-        checks._as_learner(optimizer.step)()
+        guards._as_learner(optimizer.step)()
         out.append([p.detach().clone() for p in params])
     return out
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from ... import checks
+from ... import guards
 from ...checks import check, correct, reference
 from .lars_demo import Race
 
@@ -95,7 +95,7 @@ SCENARIOS = {
     "simpler, already tuned AdamW stays; with no run at the target there is no evidence.",
 )
 def check_optimizer_choice(choose_optimizer: Callable) -> list:
-    choose = checks._as_learner(choose_optimizer)  # the reference itself is refused too
+    choose = guards._as_learner(choose_optimizer)  # the reference itself is refused too
     parts = []
     for name, (races, want, why) in SCENARIOS.items():
         got = choose({k: _copy(r) for k, r in races.items()})

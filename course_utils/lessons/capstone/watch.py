@@ -27,6 +27,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from ... import checks as harness
+from ... import guards
 from ...data import OfflineImages
 from ...errors import HeldOutUsed
 
@@ -281,7 +282,7 @@ def data_reads() -> Iterator[Reads]:
     def watched(getitem):
         def getitem_watched(self, index):
             if not getattr(self, "train", True):
-                if harness._learner_depth > 0:
+                if guards._learner_depth > 0:
                     held_out_read(TEST_SPLIT)
             elif log.in_worker():
                 log.write(f"read {id(self)} {int(index)}")
@@ -292,7 +293,7 @@ def data_reads() -> Iterator[Reads]:
         return getitem_watched
 
     def reduce_watched(self, protocol):
-        if harness._learner_depth > 0 and not log.in_worker():
+        if guards._learner_depth > 0 and not log.in_worker():
             if not getattr(self, "train", True):
                 held_out_read(f"{TEST_SPLIT}, sent to a DataLoader worker")
             reads.sent += 1
@@ -302,7 +303,7 @@ def data_reads() -> Iterator[Reads]:
     loader_iter = DataLoader.__iter__
 
     def iter_watched(self):
-        if harness._learner_depth > 0 and _holds_test_split(self.dataset, classes):
+        if guards._learner_depth > 0 and _holds_test_split(self.dataset, classes):
             held_out_read(f"{TEST_SPLIT}, through a DataLoader")
         return loader_iter(self)
 

@@ -10,7 +10,6 @@ from torch import nn
 
 from ...checks import (
     Threshold,
-    _as_learner,
     at_least,
     at_most,
     check,
@@ -19,6 +18,7 @@ from ...checks import (
     retry_measure,
 )
 from ...device import channels_last_pays, device_class, get_device
+from ...guards import _as_learner
 from ...measure import compare, steady_cpu
 from . import demo, layout
 from .reference import ReferenceSqueezeExcite

@@ -5,7 +5,6 @@ checks (the graded checks and their thresholds)."""
 from .checks import (
     THRESHOLDS,
     check_activation_bytes,
-    check_slowest_op,
     check_step_timer,
     check_train_flops,
 )
@@ -24,6 +23,7 @@ from .reference import (
     reference_time_step,
     reference_train_flops,
 )
+from .slowest_op import check_slowest_op
 
 __all__ = [
     "THRESHOLDS",

@@ -13,19 +13,11 @@ from numbers import Real
 
 import torch
 from torch import nn
-from torch.profiler import ProfilerActivity, profile
 
 from ...checks import Threshold, at_most, check, correct, retry_measure
 from ...measure import flops, time_fn
 from ...memory import activation_bytes
-from .demo import (
-    ONE_OFF_OP,
-    activation_cases,
-    hidden_op_steps,
-    make_async_step,
-    single_call_probe,
-    with_one_off,
-)
+from .demo import activation_cases, make_async_step
 from .probes import (
     OUTLIER_AT,
     OUTLIER_S,
@@ -79,14 +71,6 @@ THRESHOLDS = {
         measured_on=("cpu-bf16",),
     ),
 }
-
-# the loop scenario is asked 4 times: its slowest single call is an mm or the step's own
-# range in most profiles, a cumsum hit by a scheduler stall in some (1 of 8 at load 10), so
-# a slowest-single-call answer passes all 4 asks (each with one retry) with p ~ 0.003
-ASKS = {"600 cheap calls in a loop": 4}
-# the scenario whose step, as the learner gets it, pays a one-off cost in its first call: an
-# operator taking ONE_OFF_TIMES the whole step's time in that call (a wait: no CPU taken from others)
-ONE_OFF, ONE_OFF_TIMES = {"resizing inside the step"}, 3.0
 
 
 def _seconds(value) -> float | None:
@@ -275,144 +259,3 @@ def check_train_flops(mlp_train_flops: Callable) -> list:
             )
         )
     return parts
-
-
-# --- where the time goes ---------------------------------------------------------------------
-
-
-def _profile(step: Callable[[], None]) -> dict[str, tuple[float, int, float]]:
-    """Per operator name, summed over calls: (self CPU us, calls, total CPU us)."""
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        step()
-    return {e.key: (e.self_cpu_time_total, e.count, e.cpu_time_total) for e in prof.key_averages()}
-
-
-def _input_shapes(step: Callable[[], None]) -> dict[str, int]:
-    """How many input shapes each operator ran at in one call of `step`."""
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-        step()
-    shapes: dict[str, int] = {}
-    for row in prof.key_averages(group_by_input_shape=True):
-        shapes[row.key] = shapes.get(row.key, 0) + 1
-    return shapes
-
-
-def _top(ops: dict[str, tuple[float, int, float]]) -> tuple[str, float]:
-    name = max(ops, key=lambda k: ops[k][0])
-    return name, ops[name][0]
-
-
-def _op_diagnosis(
-    name: str,
-    ops: dict[str, tuple[float, int, float]],
-    step,
-    slowest_op: Callable,
-    right_elsewhere: bool,
-) -> str:
-    """Why `name` is wrong. `right_elsewhere`: the answer was right on every scenario before,
-    whose top operator runs at one input shape and has no one-off cost; that rules out ranking
-    by total time, per call or a missing warm-up, and leaves the shapes as what differs."""
-    top = max(ops, key=lambda k: ops[k][0])
-    if name == ONE_OFF_OP:
-        return (
-            f"{name!r} ran only in the first call of this step (a one-off cost, as cuDNN "
-            "autotuning or a lazy initialisation have): call step() once before profiling"
-        )
-    shapes = _input_shapes(step).get(top, 1)
-    if right_elsewhere and shapes > 1:
-        return (
-            f"your answer was right where the top operator runs at one input shape; here "
-            f"{top!r} ran at {shapes} input shapes ({ops[top][0] / 1e3:.2f} ms of self time "
-            "summed over them), and a row per shape splits its time: group the rows by name "
-            "only (key_averages() without group_by_input_shape)"
-        )
-    if name not in ops:
-        return f"no operator named {name!r} ran in this step: return the `key` of a row of key_averages()"
-    (mine, _, total), (best, top_calls, _) = ops[name], ops[top]
-    if total >= max(t for _, _, t in ops.values()) or not name.startswith("aten::"):
-        why = "its *total* time includes everything called inside it: rank by self time"
-    else:
-        why = _single_call_or_guess(slowest_op, top, top_calls)
-    return f"{name!r} had {mine / 1e3:.2f} ms of self time, {top!r} {best / 1e3:.2f} ms: {why}"
-
-
-def _single_call_or_guess(slowest_op: Callable, top: str, top_calls: int) -> str:
-    """Tell a method that follows single calls from a fixed guess: ask once more on a step
-    whose slowest single call is known and that runs no matmul. One profile of the scenario
-    cannot tell them apart: there a guessed matmul can also be the slowest single call."""
-    probe, slowest_call = single_call_probe()
-    probe()
-    try:
-        named = slowest_op(probe)
-    except Exception:  # the scenario's answer is what is judged; the probe only explains it
-        named = None
-    if named == slowest_call:
-        return (
-            f"on a step whose slowest single call is one {slowest_call!r} your function named it "
-            f"too: it follows calls one by one, but {top!r} ran {top_calls} times and adds up to "
-            "more: sum over calls (key_averages())"
-        )
-    if isinstance(named, str) and named not in _profile(probe):
-        return (
-            f"on a step where {named!r} never runs your function still named it: measure "
-            "rather than guess, and return the top row of a profile of step()"
-        )
-    return "rank the rows of key_averages() by self time summed over calls, after a warm-up call"
-
-
-@check(
-    "00-slowest-op",
-    points=2,
-    hint="Profile one call of step() with torch.profiler.profile, then pick the row of "
-    "prof.key_averages() with the largest self_cpu_time_total and return its .key.",
-)
-def check_slowest_op(slowest_op: Callable) -> list:
-    parts, threads = [], torch.get_num_threads()
-    torch.set_num_threads(1)  # one thread: steady timings on a shared machine
-    try:
-        for scenario, step in hidden_op_steps().items():
-            step()  # warm-up: first calls pay one-off costs
-            right = all(p.status == "passed" for p in parts)
-            asks, one_off = ASKS.get(scenario, 1), scenario in ONE_OFF
-            parts.append(_judge_op(scenario, step, slowest_op, asks, one_off, right))
-    finally:
-        torch.set_num_threads(threads)
-    return parts
-
-
-def _judge_op(
-    scenario: str,
-    step: Callable[[], None],
-    slowest_op: Callable,
-    asks: int,
-    one_off: bool,
-    right_before: bool,
-):
-    """Ask `asks` times, each wrong answer once more: a stall on a loaded machine can mislead
-    one profile of a right method, rarely two in a row; an answer that follows the noise of
-    one profile (the slowest single call) is wrong in most of them. With `one_off`, every
-    call of `slowest_op` gets the step afresh, its first call slowed by ONE_OFF_OP."""
-    share, ops = THRESHOLDS["op_share_of_top"].value, _profile(step)
-    for i in range(asks):
-        for _attempt in range(2):
-            name = slowest_op(with_one_off(step, ONE_OFF_TIMES) if one_off else step)
-            if not isinstance(name, str):
-                return correct(
-                    scenario, False, f"returned {type(name).__name__}: return .key, a string"
-                )
-            if ops.get(name, (0.0,))[0] < share * _top(ops)[1]:
-                ops = _profile(step)  # a second look, in case a stall hit our profile
-            if ops.get(name, (0.0,))[0] >= share * _top(ops)[1]:
-                break
-        else:
-            again = f" (answer {i + 1} of {asks})" if asks > 1 else ""
-            why = _op_diagnosis(name, ops, step, slowest_op, right_before)
-            return correct(scenario, False, why + again)
-    top, best = _top(ops)
-    total = sum(o[0] for o in ops.values())
-    return correct(
-        scenario,
-        True,
-        f"you named {name!r}; the profiler attributes the most self time to {top!r} "
-        f"({best / 1e3:.2f} ms of {total / 1e3:.2f} ms)",
-    )
