@@ -50,6 +50,8 @@ _EXPORTS = {
     "seed_everything": ".session",
     "setup": ".session",
     "effect": ".effects",
+    "reference_results": ".references",
+    "show_source": ".source",
     "Diagnosis": ".diagnose",
     "diagnose": ".diagnose",
     "History": ".train",
