@@ -110,6 +110,26 @@ def _report(args) -> int:
     return 0 if getattr(result, "ok", True) else 1
 
 
+def _book(args) -> int:
+    import time
+
+    from .book import build_book
+    from .book.links import check_links
+
+    t0 = time.perf_counter()
+    out = Path(args.out)
+    warnings = build_book(out, Path(args.from_), with_solutions=args.with_solutions)
+    links = check_links(out)
+    for line in warnings + links.broken:
+        print(line, file=sys.stderr)
+    print(
+        f"book: {out / 'index.html'}: {links.pages} pages, {links.checked} internal links "
+        f"checked, {len(links.broken)} broken, {len(warnings)} Sphinx warnings, "
+        f"{time.perf_counter() - t0:.0f} s"
+    )
+    return 0 if not (warnings or links.broken) else 1
+
+
 def _selftest(args) -> int:
     from .selftest import selftest
 
@@ -237,6 +257,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--solutions", default="solutions")
     p.set_defaults(run=_report)
+
+    p = sub.add_parser(
+        "book",
+        help="the course as a static site: the learner notebooks with a report run's outputs, "
+        "results per device, a cheat sheet, a glossary",
+    )
+    p.add_argument("--out", default="site")
+    p.add_argument(
+        "--from", dest="from_", default="report", help="the folder `course report` wrote"
+    )
+    p.add_argument(
+        "--with-solutions", action="store_true", help="show the reference answers (instructors)"
+    )
+    p.set_defaults(run=_book)
 
     p = sub.add_parser(
         "selftest",

@@ -6,25 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from course_utils.techniques import TECHNIQUES, tips_of
+
 SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
 
-# The guide's numbering (efficientdl.com/faster-deep-learning-in-pytorch-a-guide/): 1 LR schedule,
-# 2 DataLoader workers + pinned memory, 3 max batch size, 4 AMP, 5 optimizer, 6 cudnn.benchmark,
-# 7 CPU-GPU transfers, 8 checkpointing, 9 accumulation, 10 DDP, 11 set_to_none, 12 as_tensor,
-# 13 debug APIs off, 14 gradient clipping, 15 no bias before BN, 16 no grad in validation,
-# 17 input and batch normalisation.
-TIPS = {
-    "01_one_cycle": {1, 5},
-    "02_batch_size": {3},
-    "03_data_loading": {2, 17},
-    "04_mixed_precision": {4},
-    "05_fast_kernels": {6},
-    "06_ddp": {10},
-    "07_accumulation_checkpointing": {8, 9},
-    "08_gradient_clipping": {14},
-    "09_no_bias_before_bn": {15},
-    "10_habits": {7, 11, 12, 13, 16},
-}
+# The guide's own numbering lives in course_utils.techniques (GUIDE_TIPS), with each
+# technique's lesson: a lesson must cite every tip it teaches.
+TIPS = {t.lesson: tips_of(t.lesson) for t in TECHNIQUES if t.tip is not None}
 
 
 def markdown(name: str) -> str:

@@ -1,0 +1,247 @@
+"""Every technique the course teaches, once: the guide's tip, the lesson, the one line of code.
+
+Kuhn's *Faster Deep Learning Training with PyTorch – a 2021 Guide*
+(https://efficientdl.com/faster-deep-learning-in-pytorch-a-guide/) numbers its tips 1-17; the
+lessons cite those numbers (tests/test_citations.py reads them from here) and the book's cheat
+sheet is built from this table and the committed results (course_utils.references), so no
+figure or tip number is typed twice. Techniques beyond the guide have `tip=None`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ALL_CLASSES = ("cuda-tensorcore", "cuda", "cpu-bf16", "cpu", "mps")
+GPU = ("cuda-tensorcore", "cuda")
+
+# The guide's own numbering and titles.
+GUIDE_TIPS = {
+    1: "Consider using another learning rate schedule",
+    2: "Use multiple workers and pinned memory in DataLoader",
+    3: "Max out the batch size",
+    4: "Use Automatic Mixed Precision (AMP)",
+    5: "Consider using another optimizer",
+    6: "Turn on cuDNN benchmarking",
+    7: "Beware of frequently transferring data between CPUs and GPUs",
+    8: "Use gradient/activation checkpointing",
+    9: "Use gradient accumulation",
+    10: "Use DistributedDataParallel for multi-GPU training",
+    11: "Set gradients to None rather than 0",
+    12: "Use .as_tensor() rather than .tensor()",
+    13: "Turn off debugging APIs if not needed",
+    14: "Use gradient clipping",
+    15: "Turn off bias before BatchNorm",
+    16: "Turn off gradient computation during validation",
+    17: "Use input and batch normalization",
+}
+
+
+@dataclass(frozen=True)
+class Technique:
+    name: str
+    tip: int | None  # the guide's tip number; None beyond the guide
+    lesson: str  # the notebook that teaches it, e.g. "04_mixed_precision"
+    code: str  # the one line a learner adds
+    pays: str  # when it pays, in words
+    classes: tuple[str, ...]  # device classes where the course expects it to pay
+    effect: str = ""  # the start of the lesson's `cu.effect` technique name, if it reports one
+
+
+TECHNIQUES = (
+    Technique(
+        "one-cycle learning rate",
+        1,
+        "01_one_cycle",
+        "sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr, total_steps=n)",
+        "fewer steps to a target accuracy; tune max_lr with an LR range test",
+        ALL_CLASSES,
+    ),
+    Technique(
+        "AdamW instead of Adam + L2",
+        5,
+        "01_one_cycle",
+        "opt = torch.optim.AdamW(model.parameters(), lr, weight_decay=0.05)",
+        "decoupled weight decay regularises as intended with adaptive optimizers",
+        ALL_CLASSES,
+    ),
+    Technique(
+        "largest batch + scaled learning rate",
+        3,
+        "02_batch_size",
+        "lr = base_lr * batch / base_batch  # with warm-up",
+        "until throughput stops rising or the batch passes the critical batch size",
+        ALL_CLASSES,
+        effect="larger batch",
+    ),
+    Technique(
+        "LARS/LAMB trust ratio for large batches",
+        5,
+        "02_batch_size",
+        "update *= trust_coef * w.norm() / g.norm()  # per layer, not on biases or norms",
+        "very large batches where one global LR is unstable",
+        ALL_CLASSES,
+    ),
+    Technique(
+        "DataLoader workers and pinned memory",
+        2,
+        "03_data_loading",
+        "DataLoader(ds, batch_size, num_workers=4, pin_memory=True, persistent_workers=True)",
+        "when the step waits for data (decode, augmentation); pinning only with a GPU",
+        ALL_CLASSES,
+        effect="DataLoader workers",
+    ),
+    Technique(
+        "normalise inputs on the device",
+        17,
+        "03_data_loading",
+        "x = (x.to(device, non_blocking=True).float() - mean) / std",
+        "when the loader is CPU-bound; one fused step on the device",
+        ALL_CLASSES,
+    ),
+    Technique(
+        "automatic mixed precision",
+        4,
+        "04_mixed_precision",
+        "with torch.autocast(device.type, dtype=torch.bfloat16): loss = model(x)",
+        "tensor-core GPUs and CPUs with native bf16; slower where bf16 is emulated",
+        ("cuda-tensorcore", "cpu-bf16"),
+        effect="autocast",
+    ),
+    Technique(
+        "cuDNN autotuning",
+        6,
+        "05_fast_kernels",
+        "torch.backends.cudnn.benchmark = True",
+        "convolutions with fixed input shapes on NVIDIA GPUs; bucket variable shapes",
+        GPU,
+    ),
+    Technique(
+        "channels_last memory format",
+        None,
+        "05_fast_kernels",
+        "model = model.to(memory_format=torch.channels_last)",
+        "convolutions on tensor cores (AMP) and on oneDNN CPUs",
+        ("cuda-tensorcore", "cpu-bf16"),
+    ),  # = device.CHANNELS_LAST (a test holds them equal)
+    Technique(
+        "torch.compile",
+        None,
+        "05_fast_kernels",
+        "model = torch.compile(model)",
+        "long runs with fixed shapes: the compile time must be paid back",
+        ALL_CLASSES,
+    ),
+    Technique(
+        "DistributedDataParallel and no_sync",
+        10,
+        "06_ddp",
+        "model = DDP(model); with model.no_sync(): loss.backward()",
+        "several devices; no_sync under accumulation skips all-reduces",
+        ALL_CLASSES,
+        effect="no_sync",
+    ),
+    Technique(
+        "activation checkpointing",
+        8,
+        "07_accumulation_checkpointing",
+        "y = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)",
+        "when activations do not fit: memory for about a third more compute",
+        ALL_CLASSES,
+        effect="activation checkpointing",
+    ),
+    Technique(
+        "gradient accumulation",
+        9,
+        "07_accumulation_checkpointing",
+        "(loss / accum_steps).backward(); step every accum_steps micro-batches",
+        "a batch larger than memory allows, same gradients",
+        ALL_CLASSES,
+    ),
+    Technique(
+        "gradient clipping",
+        14,
+        "08_gradient_clipping",
+        "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)",
+        "exploding gradients (RNNs, transformers); unscale_ first under fp16 AMP",
+        ALL_CLASSES,
+    ),
+    Technique(
+        "no bias before BatchNorm",
+        15,
+        "09_no_bias_before_bn",
+        "nn.Conv2d(c_in, c_out, 3, padding=1, bias=False)",
+        "always before BN: the bias is cancelled; conv+BN fusion for inference",
+        ALL_CLASSES,
+        effect="conv+BN fusion",
+    ),
+    Technique(
+        "tensors made on the device",
+        7,
+        "10_habits",
+        "torch.zeros(n, device=device); no .item()/.cpu() inside the loop",
+        "every GPU loop: each host-device sync stalls the queue",
+        GPU,
+        effect="fixing the habits",
+    ),
+    Technique(
+        "gradients set to None",
+        11,
+        "10_habits",
+        "opt.zero_grad(set_to_none=True)  # the default since PyTorch 2.0",
+        "always: skips a memset per parameter",
+        ALL_CLASSES,
+    ),
+    Technique(
+        "as_tensor / from_numpy",
+        12,
+        "10_habits",
+        "x = torch.from_numpy(array)  # shares memory, no copy",
+        "whenever data arrives as numpy arrays",
+        ALL_CLASSES,
+    ),
+    Technique(
+        "debugging APIs off",
+        13,
+        "10_habits",
+        "torch.autograd.set_detect_anomaly(False); no profiler in training runs",
+        "always outside a debugging session",
+        ALL_CLASSES,
+    ),
+    Technique(
+        "no gradients in validation",
+        16,
+        "10_habits",
+        "with torch.inference_mode(): logits = model(x)",
+        "every evaluation loop: no graph, less memory",
+        ALL_CLASSES,
+    ),
+    Technique(
+        "scaled dot-product attention",
+        None,
+        "12_transformers",
+        "y = F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+        "every transformer: fused kernels, no T x T scores in memory on GPUs",
+        ALL_CLASSES,
+    ),
+    Technique(
+        "sequence packing",
+        None,
+        "12_transformers",
+        "pack documents into fixed-length rows with a block-diagonal causal mask",
+        "mixed-length documents: no compute spent on padding",
+        ALL_CLASSES,
+    ),
+    Technique(
+        "FSDP2 sharding",
+        None,
+        "13_fsdp",
+        "for block in model.blocks: fully_shard(block); fully_shard(model)",
+        "a model whose parameters, gradients and optimizer state do not fit one device",
+        ALL_CLASSES,
+    ),
+)
+
+
+def tips_of(lesson: str) -> set[int]:
+    """The guide's tip numbers a lesson teaches."""
+    return {t.tip for t in TECHNIQUES if t.lesson == lesson and t.tip is not None}
