@@ -21,12 +21,18 @@ extensions = ["myst_nb"]
 html_theme = "sphinx_book_theme"
 html_title = "Faster PyTorch Training"
 html_extra_path = ["extra"]
+html_favicon = "favicon.svg"  # else browsers ask for /favicon.ico and log a 404
+html_context = {{"default_mode": "light"}}  # unset, the theme logs a console error per page
 html_theme_options = {{"repository_url": "{repo}", "use_repository_button": True}}
 nb_execution_mode = "off"  # the book renders what `course report` ran; it executes nothing
 myst_enable_extensions = ["colon_fence"]
 exclude_patterns = ["_build", "extra"]
 suppress_warnings = ["mystnb.unknown_mime_type"]  # the course's check and effect records
 """
+FAVICON = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">'
+    '<path d="M2 14 L8 2 L14 14 Z" fill="#ee4c2c"/></svg>'
+)
 
 
 def _index(report: dict, lessons: list[str]) -> str:
@@ -115,6 +121,7 @@ def write_source(
     from ..authoring import REPOSITORY
 
     (src / "conf.py").write_text(CONF.format(repo=REPOSITORY), encoding="utf-8")
+    (src / "favicon.svg").write_text(FAVICON, encoding="utf-8")
     return sorted(stems)
 
 
