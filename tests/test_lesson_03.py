@@ -272,6 +272,23 @@ def test_worker_sweep_reports_time_and_the_memory_workers_add():
     assert lesson.worker_knee(rows) in (0, 1)
 
 
+def test_time_loader_times_the_first_batch_then_whole_epochs_after_an_untimed_one():
+    """Start-up is the first batch alone; each timed epoch is a whole one, and the first epoch
+    (which starts the workers) is not among them."""
+
+    class Counted(lesson.SleepyData):
+        reads = 0
+
+        def __getitem__(self, i):
+            Counted.reads += 1
+            return super().__getitem__(i)
+
+    data = Counted(16, 0.005)  # 4 batches of 4: about 20 ms a batch, 80 ms an epoch
+    startup, epoch = lesson.time_loader(DataLoader(data, batch_size=4), epochs=2)
+    assert 0.015 < startup < 0.5 and 0.07 < epoch < 2.0 and epoch > 2.5 * startup
+    assert Counted.reads == 3 * 16  # the untimed first epoch, then two timed ones
+
+
 def test_worker_knee_is_the_fewest_workers_within_ten_percent_of_the_fastest():
     rows = [{"num_workers": n, "epoch_s": t} for n, t in [(0, 2.0), (1, 1.2), (2, 1.05), (4, 1.0)]]
     assert lesson.worker_knee(rows) == 2
@@ -384,3 +401,26 @@ def test_reference_transfer_keeps_mean_and_std_on_the_device_across_batches():
         for _ in range(3):
             lesson.reference_to_device(batch, meta, (0.1, 0.2, 0.3), (0.4, 0.5, 0.6))
     assert (spy.made, spy.moved) == (0, 6)  # images and labels, per batch
+
+
+# --- the notebook: the measuring in plain sight ----------------------------------------------
+
+
+def test_notebook_shows_the_code_of_its_measurements_and_the_reference_runs():
+    """The sweep's and the copies' timing code is shown beside the call; where a CPU has no
+    copy to time, a demo cell shows committed runs of other device classes."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "solutions" / "03_data_loading.ipynb"
+    cells = json.loads(path.read_text())["cells"]
+    code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    for shown, call in (("time_loader", "sweep_workers("), ("transfer_timings", "timings(")):
+        assert any(f"cu.show_source(lesson.{shown})" in s and call in s for s in code), shown
+    demos = [
+        "".join(c["source"])
+        for c in cells
+        if "demo" in c["metadata"].get("tags", [])
+        and "cu.reference_results(" in "".join(c["source"])
+    ]
+    assert demos and '"03_data_loading", exclude_class=cu.device_class()' in demos[0]

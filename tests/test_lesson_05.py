@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections import defaultdict
 from fractions import Fraction
 from pathlib import Path
@@ -594,3 +595,50 @@ def test_can_compile_on_cuda_needs_triton_and_a_volta_or_newer_gpu(bare_cuda_box
 def test_python_headers_finds_this_pythons_include_folder_or_says_none():
     found = compiling.python_headers()
     assert found is None or (Path(found) / "Python.h").exists()
+
+
+# --- the measuring in plain sight ------------------------------------------------------------
+
+
+def test_time_in_rotation_times_every_step_in_each_round_in_turn_after_two_warm_up_rounds():
+    order: list[str] = []
+    steps = {name: (lambda name=name: order.append(name)) for name in "ABC"}
+    medians = lesson.time_in_rotation(steps, repeats=3, device=torch.device("cpu"))
+    assert set(medians) == set("ABC") and all(m >= 0 for m in medians.values())
+    rounds = [order[i : i + 3] for i in range(0, len(order), 3)]
+    assert rounds == [list("ABC"), list("BCA"), list("CAB"), list("ABC"), list("BCA")]
+
+
+def test_time_compile_times_the_first_compiled_call_alone_then_both_steady_states():
+    calls = {"eager": 0, "compiled": 0}
+
+    def eager():
+        calls["eager"] += 1
+
+    def compiled():
+        calls["compiled"] += 1
+        if calls["compiled"] == 1:
+            time.sleep(0.05)  # the compile
+
+    t = lesson.time_compile(eager, compiled, torch.device("cpu"), repeats=3, warmup=2)
+    assert t.first_call_s >= 0.05 and t.compiled_step_s < 0.01 and t.eager_step_s < 0.01
+    assert calls["compiled"] > 1 + 2 and calls["eager"] > 2
+
+
+def test_notebook_shows_the_code_of_its_measurements_and_the_reference_runs():
+    """layout_timings' and the break-even's timing code is shown beside the call; where a CPU
+    cannot show cuDNN autotuning or inductor on a GPU, a demo cell shows committed runs."""
+    import json
+
+    path = Path(__file__).resolve().parents[1] / "solutions" / "05_fast_kernels.ipynb"
+    cells = json.loads(path.read_text())["cells"]
+    code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    for shown, call in (("time_in_rotation", "layout_timings("), ("time_compile", "timing(")):
+        assert any(f"cu.show_source(lesson.{shown})" in s and call in s for s in code), shown
+    demos = [
+        "".join(c["source"])
+        for c in cells
+        if "demo" in c["metadata"].get("tags", [])
+        and "cu.reference_results(" in "".join(c["source"])
+    ]
+    assert demos and '"05_fast_kernels", exclude_class=cu.device_class()' in demos[0]

@@ -95,10 +95,11 @@ def _as_profile(result) -> EpochProfile:
 
 @check(
     "03-profile",
-    points=2,
-    hint="Wall time (time.perf_counter): read it when a batch arrives and after the step, and "
-    "call synchronize() before that second reading, since the step only queues work. Waiting "
-    "runs from the end of one step to the next batch, and after the last one.",
+    points=1,
+    hint="Reread 'Baseline' and lesson 00's synchronised timing: when step() returns, has the "
+    "work it queued finished? Split the epoch into waiting and computing with wall-clock "
+    "readings, and ask which clock reading the waits before the first batch and after the last "
+    "one fall between.",
 )
 def check_profile(profile_epoch: Callable) -> list:
     missed, edge = THRESHOLDS["profile_error"].value, THRESHOLDS["edge_s"].value
@@ -173,10 +174,11 @@ def _why_profile(got: EpochProfile, loading: float, busy: float, edge_s: float =
 
 @check(
     "03-fast-loader",
-    points=2,
-    hint="Keep shuffle=True and the default (importable) collate; let the loader pin with "
-    "pin_memory=(device.type == 'cuda'); persistent_workers=True; num_workers from your sweep, "
-    "at least 1 and no more than the CPUs you may use.",
+    points=3,
+    hint="Reread Exercise 2 and your sweep: for each argument of slow_loader, ask what it "
+    "assumes about the machine (GPUs, CPUs, how workers start) and in which process, and how "
+    "often, its work runs. The torch.utils.data docs (multi-process loading, platform-specific "
+    "behaviours, memory pinning) say what each argument does.",
 )
 def check_fast_loader(make_loader: Callable) -> list:
     device = get_device()
@@ -250,9 +252,10 @@ def _speed_part(make_loader: Callable, device: torch.device):
 @check(
     "03-transfer",
     points=2,
-    hint="Copy the uint8 images and the labels with .to(device, non_blocking=True), then convert "
-    "to float, divide by 255 and normalise with mean and std made on images.device, shaped "
-    "(1, C, 1, 1). Never call .pin_memory() yourself; use the device you are given.",
+    hint="Reread Exercise 3: compare a batch's bytes before and after ToTensor, decide which "
+    "form crosses to the device and where the arithmetic runs, and read the non_blocking / "
+    "pin_memory tutorial on which copies are asynchronous and what pinning costs. Use the "
+    "device you are given.",
 )
 def check_transfer(to_device: Callable) -> list:
     device = get_device()

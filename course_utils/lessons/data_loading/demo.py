@@ -160,12 +160,30 @@ SCENARIOS = {
 # --- the worker sweep -------------------------------------------------------------------------
 
 
+def time_loader(loader: DataLoader, epochs: int = 2) -> tuple[float, float]:
+    """(seconds to the first batch, median seconds per epoch once the workers run). The
+    first epoch starts the workers and is not timed; later ones reuse them (persistent)."""
+    t0 = time.perf_counter()
+    batches = iter(loader)  # starts the workers (none for num_workers=0)
+    next(batches)
+    startup = time.perf_counter() - t0  # worker start-up plus the first batch
+    for _ in batches:  # finish the first epoch, untimed
+        pass
+    times = []
+    for _ in range(epochs):  # wall time: waiting for workers uses no CPU of this process
+        t0 = time.perf_counter()
+        run_epoch(loader)
+        times.append(time.perf_counter() - t0)
+    return startup, statistics.median(times)
+
+
 def sweep_workers(
     dataset: Dataset, counts: Iterable[int], *, batch_size: int = BATCH, epochs: int = 2
 ) -> list[dict]:
-    """Epoch time, start-up time and worker memory for each worker count (the platform's
-    default start method). Memory is USS: what the workers' processes hold on their own, the
-    memory freed if they exit (RSS would count pages shared with the main process again)."""
+    """Epoch time, start-up time (`time_loader`) and worker memory for each worker count
+    (the platform's default start method). Memory is USS, read once the timed epochs are done:
+    what the workers' processes hold on their own, the memory freed if they exit (RSS would
+    count pages shared with the main process again)."""
     me, rows = psutil.Process(), []
     for n in tqdm(list(counts), desc="num_workers sweep", leave=False):
         before = {p.pid for p in me.children(recursive=True)}
@@ -173,27 +191,17 @@ def sweep_workers(
             dataset, batch_size=batch_size, shuffle=True, num_workers=n, persistent_workers=n > 0
         )
         try:
-            t0 = time.perf_counter()
-            it = iter(loader)
-            next(it)
-            startup = time.perf_counter() - t0  # worker start-up plus the first batch
-            for _ in it:
-                pass
+            startup, epoch_s = time_loader(loader, epochs)
             procs = [p for p in me.children(recursive=True) if p.pid not in before]
             uss = sum(p.memory_full_info().uss for p in procs)
             rss = sum(p.memory_info().rss for p in procs)
-            times = []
-            for _ in range(epochs):
-                t0 = time.perf_counter()
-                run_epoch(loader)
-                times.append(time.perf_counter() - t0)
         finally:
             close_loader(loader)
         rows.append(
             {
                 "num_workers": n,
                 "startup_s": startup,
-                "epoch_s": statistics.median(times),
+                "epoch_s": epoch_s,
                 "workers_uss_mb": uss / 2**20,
                 "workers_rss_mb": rss / 2**20,
             }
@@ -278,6 +286,8 @@ def transfer_timings(device: torch.device, mib: int = 64) -> dict | None:
         "x.pin_memory().to(nb)": lambda: x.pin_memory().to(device, non_blocking=True),
         "pinned.to(nb)": lambda: pinned.to(device, non_blocking=True),
     }
+    # time_fn (lesson 00) warms up, then synchronises around each sample: a non_blocking copy
+    # returns before its bytes have arrived, so an unsynchronised timer would time the launch
     return {
         k: time_fn(f, device=device, repeats=pick(quick=10, full=30), label=k)
         for k, f in variants.items()

@@ -182,10 +182,10 @@ REREAD = " Reread 'Exercise 4 · Normalise the input' and its hint."
 @check(
     "03-normalise",
     points=2,
-    hint="Pool every pixel of the training split, per channel, in the 0-1 scale: sum x/255 and "
-    "(x/255)**2 over (N, H, W) across all batches and divide by the pixel count (not by the "
-    "number of batches). The returned function turns a uint8 batch into float32 "
-    "(x/255 - mean)/std on that batch's device, with the same mean and std for every batch.",
+    hint="Reread Exercise 4's spec and the leaky normaliser's printed output: measure your "
+    "normalised training split per channel (mean 0, std 1?), then ask which data, which "
+    "dimensions, which scale and which weighting of the batches your statistics come from, and "
+    "on which device the result lands.",
 )
 def check_normalise(make_normaliser: Callable) -> list:
     train, test = specimen()

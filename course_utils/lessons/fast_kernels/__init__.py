@@ -14,6 +14,7 @@ from .compiling import (
     fusion_timing,
     graph_counts,
     recompile_limit,
+    time_compile,
 )
 from .demo import (
     BATCH,
@@ -39,6 +40,7 @@ from .layout import (
     layout_verdict,
     make_pair,
     nchw_weights,
+    time_in_rotation,
 )
 from .reference import (
     ReferenceSqueezeExcite,
@@ -88,5 +90,7 @@ __all__ = [
     "reference_to_channels_last",
     "sorted_batches",
     "strategy_table",
+    "time_compile",
+    "time_in_rotation",
     "variable_size_images",
 ]

@@ -67,16 +67,15 @@ THRESHOLDS = {
     ),
 }
 HINTS = {
-    "bucketing": "In bucket_batches, group indices by the size rounded up to a bucket edge "
-    "(e.g. 16 px per side), cut each group into batches of batch_size; in pad_collate, pad "
-    "(bottom, right) to the batch's largest side rounded up to the same edge.",
-    "break_even": "Compare the two runs' totals for run_steps steps: eager run_steps * eager; "
-    "compiled compiles * (first call - compiled step) + run_steps * compiled (the first call "
-    "compiled *and* ran a step; each compile, one per shape with dynamic=False, pays again). "
-    "Compile only when the compiled total is strictly smaller: a tie gains nothing.",
-    "channels_last": "Return model.to(memory_format=torch.channels_last) and "
-    "x.to(memory_format=torch.channels_last); in SqueezeExcite.forward, take the channel means "
-    "with x.mean((2, 3)) instead of .contiguous().view(...), and return x * gate[:, :, None, None].",
+    "bucketing": "Reread section 2: a batch's shape is set by the size it is padded to, and "
+    "padding is the price of sharing a shape. Ask which images share a batch and to what size "
+    "each batch is padded; lesson.strategy_table measures both numbers for your pair.",
+    "break_even": "Reread Exercise 3: write down the seconds each run spends over run_steps "
+    "steps, eager and compiled, from the fields of timing (which of them is a one-off cost, and "
+    "what else did the first call do?), and how often that cost is paid with `compiles`.",
+    "channels_last": "Reread section 3 and the tracer's output: find the line of the gate that "
+    "returns a tensor in another memory order, and compute the same gate with operations that "
+    "read any layout. Both the model and its input must be converted.",
 }
 _run = _as_learner(lambda fn, *args: fn(*args))  # the learner's classes run as learner code
 
@@ -188,7 +187,7 @@ def _plain(fn, *args):
     return fn(*args)
 
 
-@check("05-channels-last", points=3, hint=HINTS["channels_last"])
+@check("05-channels-last", points=2, hint=HINTS["channels_last"])
 def check_channels_last(to_channels_last, squeeze_excite):
     # the lesson's own class runs as the reference; the learner's (or a subclass) as learner code
     run = _plain if squeeze_excite is ReferenceSqueezeExcite else _run

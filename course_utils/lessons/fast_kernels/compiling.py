@@ -163,14 +163,29 @@ class CompileTiming:
     compiled_step_s: float
 
 
-def compile_timing(model: torch.nn.Module, x: torch.Tensor, *, repeats: int = 10) -> CompileTiming:
-    """Time a training step (forward + backward) eager and under torch.compile (inductor).
+def time_compile(
+    eager: Callable[[], None],
+    compiled: Callable[[], None],
+    device: torch.device,
+    *,
+    repeats: int,
+    warmup: int,
+) -> CompileTiming:
+    """The first compiled call timed alone (it compiles, then runs one step); then both steady
+    states after `warmup` calls each, timed in interleaved pairs (lesson 00's `compare`)."""
+    synchronize(device)  # start from an idle device
+    start = time.perf_counter()
+    compiled()  # traces, compiles, then runs one step
+    synchronize(device)  # GPU kernels run asynchronously: wait for the step to end
+    first = time.perf_counter() - start
+    result = compare(eager, compiled, repeats=repeats, warmup=warmup, labels=("eager", "compiled"))
+    return CompileTiming(first, result.baseline.median, result.candidate.median)
 
-    The first compiled call is timed alone: it compiles. The compiled step is then called
-    twice more before anything is timed (the backward graph and autotuning also settle in
-    the first calls), and `compare` times both steady states in interleaved pairs.
-    """
-    device = x.device
+
+def compile_timing(model: torch.nn.Module, x: torch.Tensor, *, repeats: int = 10) -> CompileTiming:
+    """Time a training step (forward + backward) eager and under torch.compile (inductor),
+    with `time_compile`; three warm-up calls, as the backward graph and autotuning also
+    settle in the first compiled calls."""
     compiled = torch.compile(model)
 
     def step(m) -> Callable[[], None]:
@@ -180,16 +195,7 @@ def compile_timing(model: torch.nn.Module, x: torch.Tensor, *, repeats: int = 10
 
         return run
 
-    eager, fast = step(model), step(compiled)
-    synchronize(device)
-    start = time.perf_counter()
-    fast()
-    synchronize(device)
-    first = time.perf_counter() - start
-    fast()
-    fast()
-    result = compare(eager, fast, repeats=repeats, warmup=1, labels=("eager", "compiled"))
-    return CompileTiming(first, result.baseline.median, result.candidate.median)
+    return time_compile(step(model), step(compiled), x.device, repeats=repeats, warmup=3)
 
 
 def dynamo_timing(repeats: int = 6) -> CompileTiming:
@@ -202,12 +208,11 @@ def dynamo_timing(repeats: int = 6) -> CompileTiming:
     model, x = SENet(width=8).eval(), images(8)
     compiled = torch.compile(model, backend="eager")
     with torch.no_grad(), steady_cpu(1):
-        start = time.perf_counter()
-        compiled(x)
-        first = time.perf_counter() - start
-        result = compare(lambda: model(x), lambda: compiled(x), repeats=repeats, warmup=2)
+        timing = time_compile(
+            lambda: model(x), lambda: compiled(x), x.device, repeats=repeats, warmup=2
+        )
     torch._dynamo.reset()
-    return CompileTiming(first, result.baseline.median, result.candidate.median)
+    return timing
 
 
 def pointwise_chain(x: torch.Tensor) -> torch.Tensor:

@@ -10,11 +10,14 @@ slower NCHW kernel. See https://pytorch.org/tutorials/intermediate/memory_format
 
 from __future__ import annotations
 
+import statistics
+import time
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from ...device import synchronize
 from ...models import conv_bn
 
 CL = torch.channels_last
@@ -32,7 +35,7 @@ class LegacySqueezeExcite(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, c = x.shape[:2]
-        x = x.contiguous()  # "view needs contiguous memory": NCHW-contiguous, that is
+        x = x.contiguous()  # view needs contiguous memory
         squeezed = x.view(b, c, -1).mean(-1)
         gate = torch.sigmoid(self.fc2(torch.relu(self.fc1(squeezed))))
         return x * gate.view(b, c, 1, 1)
@@ -164,14 +167,10 @@ def layout_timings(
     """Median seconds per training step of the SENet for each variant: key -> gate class,
     where None means NCHW with the legacy gate, and a class channels_last with that gate.
 
-    All variants are timed in rounds, in a rotating order (A B C, B C A, ...), so a change in
-    machine load hits all alike; on one CPU thread (steady on a shared machine), or on CUDA
-    under autocast with a wider net and batch so the GPU is not idle.
+    All variants are timed together by `time_in_rotation`: on one CPU thread (steady on a
+    shared machine), or on CUDA under autocast with a wider net and batch so the GPU is not idle.
     """
-    import statistics
-    import time
-
-    from ...device import get_device, synchronize
+    from ...device import get_device
     from ...measure import steady_cpu
 
     device = get_device()
@@ -186,18 +185,23 @@ def layout_timings(
         model.load_state_dict(base.state_dict())
         fmt = torch.contiguous_format if gate is None else CL
         steps[name] = _step(model.to(memory_format=fmt).train(), x.to(memory_format=fmt), cuda)
-    names = list(steps)
-    samples: dict[str, list[float]] = {n: [] for n in names}
     with steady_cpu(1):
-        for r in range(repeats + 2):
-            for name in names[r % len(names) :] + names[: r % len(names)]:
-                synchronize(device)
-                start = time.perf_counter()
-                steps[name]()
-                synchronize(device)
-                if r >= 2:  # two warm-up rounds
-                    samples[name].append(time.perf_counter() - start)
-    return {n: statistics.median(v) for n, v in samples.items()}
+        return time_in_rotation(steps, repeats, device)
+
+
+def time_in_rotation(steps: dict, repeats: int, device: torch.device) -> dict[str, float]:
+    """Median seconds per call of each step, timed in rounds in a rotating order (A B C,
+    B C A, ...) so that a change in machine load hits every variant alike."""
+    names, samples = list(steps), {name: [] for name in steps}
+    for r in range(repeats + 2):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            synchronize(device)  # nothing of the previous step still queued
+            start = time.perf_counter()
+            steps[name]()
+            synchronize(device)  # GPU kernels run asynchronously: wait until this step's end
+            if r >= 2:  # two warm-up rounds: allocations, kernel selection
+                samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(times) for name, times in samples.items()}
 
 
 def _step(model: nn.Module, x: torch.Tensor, autocast: bool):
