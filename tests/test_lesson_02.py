@@ -373,6 +373,47 @@ def test_lr_scaling_fails_integer_division_sqrt_no_warmup_zero_start_and_off_by_
     assert exc.status == "failed" and cause in exc.summary
 
 
+def _colleague_fixed(floor=False, from_zero=False, early=False):
+    """The colleague's schedule (lesson.colleague_schedule) with the faults not fixed left in."""
+
+    def make(optimizer, batch_size, warmup_steps, base_batch=256):
+        k = batch_size // base_batch if floor else batch_size / base_batch
+
+        def factor(step):
+            t = min(step + 1 if early else step, warmup_steps) / warmup_steps
+            return k * t if from_zero else 1 + (k - 1) * t
+
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+    return make
+
+
+def test_lr_scaling_names_the_faults_of_the_colleagues_schedule_as_given():
+    """Exercise 4 starts from lesson.colleague_schedule: its floored k shows on the batches
+    that are not a whole number of base batches, its ramp from zero on the other one."""
+    exc = failure(lesson.check_lr_schedule, lesson.colleague_schedule)
+    assert exc.status == "failed"
+    assert "integer division" in exc.summary and "below the base LR" in exc.summary
+
+
+@pytest.mark.parametrize(
+    "left, cause",
+    [
+        (dict(floor=True), "integer division"),
+        (dict(from_zero=True), "below the base LR"),
+        (dict(early=True), "exactly at step"),
+        (dict(from_zero=True, early=True), "below the base LR"),
+    ],
+)
+def test_lr_scaling_names_each_fault_a_partial_fix_of_the_colleague_leaves(left, cause):
+    exc = failure(lesson.check_lr_schedule, _colleague_fixed(**left))
+    assert exc.status == "failed" and cause in exc.summary
+
+
+def test_lr_scaling_passes_the_colleagues_schedule_with_its_three_faults_fixed():
+    assert status_of(lesson.check_lr_schedule, _colleague_fixed()) == "passed"
+
+
 def test_lr_scaling_reports_a_list_instead_of_a_scheduler_as_an_error():
     assert status_of(lesson.check_lr_schedule, lambda *a, **k: [0.1] * 10) == "error"
 

@@ -10,7 +10,7 @@ import torch
 from check_helpers import failure, status_of
 
 from course_utils.lessons import batch_size as lesson
-from course_utils.lessons.batch_size import lars_specimen, selftest
+from course_utils.lessons.batch_size import colleagues, lars_specimen, selftest
 
 
 class LearnerLARS(torch.optim.Optimizer):
@@ -205,3 +205,90 @@ def test_every_mistake_of_the_specimen_shows_on_some_layer():
             for step_w, step_r in zip(wrong, right, strict=True)
             for w, r, s in zip(step_w, step_r, start, strict=True)
         ), m
+
+
+# --- exercise 5 starts from the colleague's LARS (lesson.ColleagueLARS) ------------------------
+
+ADAPTED = "biases and BatchNorm parameters adapted"
+NO_GUARD = "no ratio 1 for a zero norm"
+DEFAULTS_LR = "lr read from the optimizer's defaults"
+
+
+class ColleaguePartlyFixed(lesson.ColleagueLARS):
+    """The colleague's step with some of its three faults fixed (adapt_1d: the ratio and decay
+    on every tensor; guard: no ratio 1 for a zero norm; lr: the LR from self.defaults)."""
+
+    left: frozenset[str] = frozenset()
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            wd, eta = group["weight_decay"], group["trust_coef"]
+            lr = self.defaults["lr"] if "lr" in self.left else group["lr"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                d, ratio = p.grad, 1.0
+                if p.ndim > 1 or "adapt_1d" in self.left:
+                    w_norm, g_norm = p.norm(), p.grad.norm()
+                    ratio = eta * w_norm / (g_norm + wd * w_norm + group["eps"])
+                    if "guard" not in self.left and (w_norm == 0 or g_norm == 0):
+                        ratio = 1.0
+                    d = d + wd * p
+                buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
+                buf.mul_(group["momentum"]).add_(ratio * d)
+                p.sub_(buf, alpha=lr)
+
+
+def partly_fixed(*left: str) -> type:
+    return type("LARS", (ColleaguePartlyFixed,), {"left": frozenset(left)})
+
+
+def test_trust_ratio_names_all_three_faults_of_the_colleagues_lars():
+    exc = failure(lesson.check_trust_ratio, lesson.ColleagueLARS)
+    assert all(cause in exc.summary for cause in (ADAPTED, NO_GUARD, DEFAULTS_LR)), exc.summary
+
+
+@pytest.mark.parametrize(
+    "left",
+    [
+        ("adapt_1d", "guard"),
+        ("adapt_1d", "lr"),
+        ("guard", "lr"),
+        ("adapt_1d",),
+        ("guard",),
+        ("lr",),
+    ],
+)
+def test_trust_ratio_names_exactly_the_faults_a_partial_fix_of_the_colleague_leaves(left):
+    causes = {"adapt_1d": ADAPTED, "guard": NO_GUARD, "lr": DEFAULTS_LR}
+    exc = failure(lesson.check_trust_ratio, partly_fixed(*left))
+    for fault, cause in causes.items():
+        assert (cause in exc.summary) == (fault in left), (fault, exc.summary)
+
+
+def test_trust_ratio_passes_the_colleagues_lars_with_every_fault_fixed():
+    assert status_of(lesson.check_trust_ratio, partly_fixed()) == "passed"
+
+
+def test_the_symptoms_show_each_fault_of_the_colleague_and_none_of_lars():
+    """The table exercise 5 reads: under the colleague's LARS the two tensors that start at
+    zero never move and the first step ignores the warm-up (a weight matrix moves by the full
+    LR x eta x |w|); under LARS every tensor moves, weight matrices by about LR_1 x eta x |w|,
+    1-D tensors by about LR_1 x |g|."""
+    eta = colleagues.SYMPTOMS["trust_coef"]
+    bad = colleagues.measure_symptoms(lesson.ColleagueLARS)
+    good = colleagues.measure_symptoms(lesson.ReferenceLARS)  # refused only inside a check
+    lr1, full = bad["lrs"][0], colleagues.SYMPTOMS["lr"]
+    assert lr1 < full / 2  # the warm-up starts well below the peak
+    for name in ("norm.bias", "branch.weight"):
+        assert float(bad["start"][name].norm()) == 0
+        assert all(step[name] == 0 for step in bad["moves"])
+        assert good["moves"][0][name] > 0
+    for name in ("hidden.weight", "head.weight"):
+        w = float(good["start"][name].norm())
+        assert good["moves"][0][name] == pytest.approx(lr1 * eta * w, rel=0.05)
+        assert bad["moves"][0][name] == pytest.approx(full * eta * w, rel=0.05)
+    for name in ("head.bias", "norm.weight"):
+        assert good["moves"][0][name] == pytest.approx(lr1 * good["grads"][name], rel=0.01)
+    assert "|w| = 0" in lesson.lars_symptoms(lesson.ColleagueLARS)

@@ -457,6 +457,36 @@ def sched_interp(optimizer, batch_size, warmup_steps, base_batch=256):
     return _lambda(optimizer, lambda t: float(np.interp(t, [0, warmup_steps], [1.0, k])))
 
 
+# Exercise 4 is now "diagnose and fix the colleague's schedule" (lesson.colleague_schedule:
+# k floored, the ramp from zero, the peak one step early): the colleague's code as given, and
+# the partial fixes a learner who reads the trace for one fault only would hand in.
+
+
+def sched_colleague_as_given(optimizer, batch_size, warmup_steps, base_batch=256):
+    return lesson.colleague_schedule(optimizer, batch_size, warmup_steps, base_batch)
+
+
+def sched_colleague_true_division_only(optimizer, batch_size, warmup_steps, base_batch=256):
+    k = batch_size / base_batch  # fixed the floor; the ramp still starts near zero
+    return _lambda(optimizer, lambda t: k * min(t + 1, warmup_steps) / warmup_steps)
+
+
+def sched_colleague_ramp_from_base_only(optimizer, batch_size, warmup_steps, base_batch=256):
+    k = batch_size // base_batch  # fixed the start; k still floored, peak still a step early
+    return _lambda(optimizer, lambda t: 1 + (k - 1) * min(t + 1, warmup_steps) / warmup_steps)
+
+
+def sched_colleague_two_of_three(optimizer, batch_size, warmup_steps, base_batch=256):
+    k = batch_size / base_batch  # the step + 1 is left in
+    return _lambda(optimizer, lambda t: 1 + (k - 1) * min(t + 1, warmup_steps) / warmup_steps)
+
+
+def sched_colleague_all_fixed_max_form(optimizer, batch_size, warmup_steps, base_batch=256):
+    """Valid: the colleague's shape kept, written as a blend of 1 and k."""
+    k = batch_size / base_batch
+    return _lambda(optimizer, lambda t: max(1.0, min(k, 1 + (k - 1) * t / warmup_steps)))
+
+
 NO_WARMUP = r"no warm|without (a )?warm|warm-up (is )?missing"  # specimens say "5 warm-up steps"
 
 LR_SCALING = [
@@ -502,6 +532,37 @@ LR_SCALING = [
         r"after|constant|decay|flat",
         (),
         id="wrong-decays-after-warmup",
+    ),
+    pytest.param(
+        sched_colleague_as_given,
+        "failed",
+        r"integer|whole|//",
+        (NO_WARMUP, r"sqrt"),
+        id="wrong-colleague-as-given",
+    ),
+    pytest.param(
+        sched_colleague_true_division_only,
+        "failed",
+        r"base LR|start|zero",
+        (r"integer", NO_WARMUP),
+        id="wrong-colleague-floor-fixed-only",
+    ),
+    pytest.param(
+        sched_colleague_ramp_from_base_only,
+        "failed",
+        r"integer|whole|//",
+        (NO_WARMUP, r"below the base"),
+        id="wrong-colleague-start-fixed-only",
+    ),
+    pytest.param(
+        sched_colleague_two_of_three,
+        "failed",
+        r"exactly at step|one step|off by one",
+        (r"integer", NO_WARMUP, r"below the base"),
+        id="wrong-colleague-peak-a-step-early-left",
+    ),
+    pytest.param(
+        sched_colleague_all_fixed_max_form, "passed", None, (), id="valid-colleague-fixed"
     ),
     pytest.param(sched_linear_lr, "passed", None, (), id="valid-prescaled-linear-lr"),
     pytest.param(sched_interp, "passed", None, (), id="valid-np-interp"),

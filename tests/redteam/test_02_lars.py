@@ -271,6 +271,42 @@ class LarsSgdStyle(torch.optim.Optimizer):
         p.data.add_(state["velocity"], alpha=-group["lr"])
 
 
+# Exercise 5 is now "diagnose and fix the colleague's LARS" (lesson.ColleagueLARS: ratio and
+# decay on every tensor, no ratio 1 for a zero norm, the LR read from self.defaults): the
+# colleague's code as given, and fixes of one or two of its faults.
+
+
+def _colleague(adapt_all=False, no_guard=False, lr_from_defaults=False):
+    def update(self, group, p):
+        d, ratio = p.grad, 1.0
+        if adapt_all or p.ndim > 1:
+            ratio = _ratio(group, p, guard="none" if no_guard else "both")
+            d = d + group["weight_decay"] * p
+        _finish(self, group, p, ratio, d, lr=self.defaults["lr"] if lr_from_defaults else None)
+
+    return update
+
+
+def colleague_biases_excluded_only(self, group, p):
+    _colleague(no_guard=True, lr_from_defaults=True)(self, group, p)
+
+
+def colleague_guard_added_only(self, group, p):
+    _colleague(adapt_all=True, lr_from_defaults=True)(self, group, p)
+
+
+def colleague_lr_from_group_only(self, group, p):
+    _colleague(adapt_all=True, no_guard=True)(self, group, p)
+
+
+def colleague_all_but_the_lr(self, group, p):
+    _colleague(lr_from_defaults=True)(self, group, p)
+
+
+def colleague_all_fixed(self, group, p):
+    _colleague()(self, group, p)
+
+
 # The causes the check names ("your updates are exactly LARS's with ..."): a case's
 # `not_causes` are the named causes that are not its own (a failing part's *name*, such as
 # "bias (1-D)" or "zero-initialised weight", says where the updates differ, not why).
@@ -345,6 +381,33 @@ TRUST_CASES = [
     ),
     _wrong(momentum_from_defaults, rf"group|{MEASURED}", _not(), "wrong-momentum-from-defaults"),
     _wrong(lr_from_defaults, rf"group|{MEASURED}", _not(), "wrong-lr-from-defaults"),
+    pytest.param(
+        lesson.ColleagueLARS,
+        "failed",
+        r"biases and BatchNorm.*zero norm.*defaults",
+        (),
+        id="wrong-colleague-as-given",
+    ),
+    _wrong(
+        colleague_biases_excluded_only,
+        r"zero norm.*defaults",
+        _not("zero"),
+        "wrong-colleague-biases-excluded-only",
+    ),
+    _wrong(
+        colleague_guard_added_only,
+        r"biases and BatchNorm.*defaults",
+        _not("biases"),
+        "wrong-colleague-guard-added-only",
+    ),
+    _wrong(
+        colleague_lr_from_group_only,
+        r"biases and BatchNorm.*zero norm",
+        _not("biases", "zero") + (r"defaults",),
+        "wrong-colleague-lr-fixed-only",
+    ),
+    _wrong(colleague_all_but_the_lr, r"defaults", _not(), "wrong-colleague-lr-left"),
+    pytest.param(_lars(colleague_all_fixed), "passed", None, (), id="valid-colleague-fixed"),
     pytest.param(_lars(_right), "passed", None, (), id="valid-notebook-hint-as-helpers"),
     pytest.param(LarsTensorOnly, "passed", None, (), id="valid-torch-where-no-sync"),
     pytest.param(LarsSgdStyle, "passed", None, (), id="valid-sgd-style-buffer-no-eps"),

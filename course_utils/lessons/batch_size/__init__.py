@@ -1,5 +1,6 @@
-"""Lesson 02, batch size: throughput against batch size, the largest batch that fits, linear LR
-scaling with warm-up, and the gradient noise scale. The notebook uses it as `lesson`."""
+"""Lesson 02, batch size: throughput against batch size, the largest batch that fits, the
+gradient noise scale and the critical batch, linear LR scaling with warm-up, and optimizers for
+large batches (LARS, LAMB). The notebook uses it as `lesson`."""
 
 from ...device import is_out_of_memory, release_cached_memory
 from ...measure import knee, steady_cpu
@@ -10,6 +11,7 @@ from .checks import (
     check_noise_scale,
     check_throughput_sweep,
 )
+from .colleagues import ColleagueLARS, colleague_schedule, lars_symptoms
 from .demo import (
     MiB,
     SimulatedMemory,
@@ -58,6 +60,7 @@ __all__ = [
     "ReferenceLAMB",
     "ReferenceLARS",
     "SimulatedMemory",
+    "ColleagueLARS",
     "TrainStep",
     "budgeted",
     "check_largest_batch",
@@ -66,12 +69,14 @@ __all__ = [
     "check_optimizer_choice",
     "check_throughput_sweep",
     "check_trust_ratio",
+    "colleague_schedule",
     "fit_critical_batch",
     "is_out_of_memory",
     "knee",
     "known_cost_steps",
     "large_batch_race",
     "largest_batch_cuda",
+    "lars_symptoms",
     "lr_per_step",
     "make_step",
     "noise_scale_start_and_end",

@@ -48,8 +48,9 @@ def _rate(value) -> float:
 @check(
     "02-throughput-sweep",
     points=2,
-    hint="Build a fresh step for each batch size, warm it up, time it synchronised, take the "
-    "median, and divide the batch size by the seconds per step (cu.throughput does all of it).",
+    hint="Compare your samples/s with the true rates the message lists: what does one call of "
+    "a step at batch b process, and which of its calls are typical? Reread notebook 00's timing "
+    "rules and exercise 1's hints.",
 )
 def check_throughput_sweep(throughput_sweep: Callable) -> list:
     sizes = [8, 64, 512]
@@ -153,10 +154,9 @@ def _answer(case: tuple, candidates: list[int], steps: int = 2) -> int | None:
 @check(
     "02-largest-batch",
     points=2,
-    hint="Try each batch in a function of its own: build the step and run it twice inside "
-    "try/except; treat torch.cuda.OutOfMemoryError and RuntimeErrors that say 'out of memory' "
-    "or '..._ALLOC_FAILED' as 'does not fit' (lesson.is_out_of_memory), re-raise anything else, "
-    "and let every reference to the failed or previous try go before the next one.",
+    hint="Reread exercise 2's four requirements and its hints: which errors mean 'does not "
+    "fit' and which are bugs, what a training step allocates only once it has run, and what "
+    "still holds memory while the next try is built.",
 )
 def check_largest_batch(largest_batch: Callable) -> list:
     parts = []
@@ -274,8 +274,9 @@ LR_STEPS_AFTER = 300
 @check(
     "02-lr-scaling",
     points=2,
-    hint="Peak LR = base LR x batch_size / base_batch (linear, not sqrt, and a true division); "
-    "reach it linearly from the base LR over warmup_steps scheduler steps, then hold it.",
+    hint="Print lesson.lr_per_step(your_schedule, 0.1, b, 10, 14) for a few batches and read it "
+    "against section 5's two rules: the LR at step 0, the peak for a batch that is not a whole "
+    "number of base batches, and the step at which the peak is first reached.",
 )
 def check_lr_schedule(make_schedule: Callable) -> list:
     parts = []
@@ -340,8 +341,8 @@ def noise_problems() -> list[tuple[NoisyRegression, int, int, int]]:
 @check(
     "02-noise-scale",
     points=2,
-    hint="E|G_B|^2 = |G|^2 + tr(Sigma)/B at both batch sizes: two equations, two unknowns. "
-    "Average squared norms over the n draws at each size before combining, and divide last.",
+    hint="Section 4's identity for E|G_B|^2 holds at each of the two batch sizes: what does "
+    "that let you solve for? Reread exercise 4's hints on when to average and when to divide.",
 )
 def check_noise_scale(noise_scale: Callable) -> list:
     limit = THRESHOLDS["noise_scale_error"].value

@@ -56,10 +56,9 @@ def read_from_defaults(optimizer_class, got) -> frozenset[str]:
 @check(
     "02-trust-ratio",
     points=3,
-    hint="Per layer: d = g + wd w and ratio = eta |w| / (|g| + wd |w| + eps) for weights (ndim "
-    "> 1), ratio 1 and d = g for 1-D parameters and for a layer whose |w| or |g| is 0; then "
-    "buf = momentum * buf + ratio * d and p -= lr * buf, with every setting read from the group "
-    "at each step (the check changes the LR between steps, as warm-up does).",
+    hint="Run print(lesson.lars_symptoms(LARS)) and read it against section 6's description of "
+    "LARS, one kind of tensor at a time: weight matrices, 1-D tensors, tensors whose norm is "
+    "0; and ask whether each step follows the LR the scheduler set (the check changes it).",
 )
 def check_trust_ratio(optimizer_class) -> list:
     got = _run(optimizer_class)
@@ -106,11 +105,12 @@ def _cause(got, from_defaults: frozenset[str]) -> str:
         if read:
             return (
                 f" (your step has {read}; other differences remain once that is replayed: "
-                "compare your step with the formulas of section 6, one layer kind at a time)"
+                "compare your step with section 6's description of LARS, one kind of tensor "
+                "at a time)"
             )
         return (
             " (no single known mistake, nor any two, reproduces your updates: compare your step "
-            "with the formulas of section 6, one layer kind at a time)"
+            "with section 6's description of LARS, one kind of tensor at a time)"
         )
     named = [spec.MISTAKES[m] for m in sorted(found)] + ([read] if read else [])
     return " (your updates are exactly LARS's with " + "; and ".join(named) + ")"

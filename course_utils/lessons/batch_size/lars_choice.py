@@ -90,9 +90,8 @@ SCENARIOS = {
 @check(
     "02-optimizer-choice",
     points=2,
-    hint="Compare steps to the target, not best accuracy; a run that never reached it has no "
-    "step count; a gap no larger than the spread of either run is noise, and then the "
-    "simpler, already tuned AdamW stays; with no run at the target there is no evidence.",
+    hint="Reread section 6's race: what is raced, which runs have a step count at all, and "
+    "how large a gap must be before it is evidence rather than noise.",
 )
 def check_optimizer_choice(choose_optimizer: Callable) -> list:
     choose = guards._as_learner(choose_optimizer)  # the reference itself is refused too

@@ -234,27 +234,21 @@ def steps_with_schedule(
     return float(reached.float().mean()) if (reached > 0).all() else math.inf
 
 
-def time_to_target(
-    seconds_per_step: dict[int, float],
-    base_batch: int,
-    base_lr: float,
-    warmup_steps: int = 10,
-) -> dict[str, dict[int, tuple[float, float]]]:
-    """Goyal et al.'s claim, tested: for each batch (keys of `seconds_per_step`, measured on a
-    real step), steps to the target with the base LR kept, and with the LR scaled linearly
-    from `base_batch` after a linear warm-up. {rule: {batch: (steps, seconds)}}."""
-    rules: dict[str, Callable[[int], Callable[[int], float]]] = {
-        "same LR": lambda b: lambda t: base_lr,
-        "linear scaling + warm-up": lambda b: (
-            lambda t: base_lr * (1 + (b / base_batch - 1) * min(t, warmup_steps) / warmup_steps)
-        ),
-    }
-    out: dict[str, dict[int, tuple[float, float]]] = {}
+def time_to_target(seconds_per_step, base_batch, base_lr, warmup_steps=10):
+    """{rule: {batch: (steps, seconds)}}: SGD steps until the regression reaches its target
+    under each LR rule, times the seconds per step measured on this device at that batch."""
+
+    def scaled(b):  # Goyal et al. 2017: base LR at step 0, k x base LR from warmup_steps on
+        k = b / base_batch
+        return lambda t: base_lr * (1 + (k - 1) * min(t, warmup_steps) / warmup_steps)
+
+    rules = {"same LR": lambda b: lambda t: base_lr, "linear scaling + warm-up": scaled}
+    out = {}
     for name, rule in tqdm(rules.items(), desc="time to target", leave=False):
         out[name] = {}
         for b, seconds in seconds_per_step.items():
-            steps = steps_with_schedule(b, rule(b))
-            out[name][b] = (steps, steps * seconds)
+            steps = steps_with_schedule(b, rule(b))  # mean of 8 seeds, inf if one diverges
+            out[name][b] = (steps, steps * seconds)  # time = steps x seconds per step
     return out
 
 

@@ -1,5 +1,5 @@
 """What `course selftest` runs for notebook 02: each check with its reference answer, and
-the headline effect (larger batch with linear LR scaling, time to target) as cell 25 does."""
+the headline effect (larger batch with linear LR scaling, time to target) as section 5 does."""
 
 from __future__ import annotations
 
