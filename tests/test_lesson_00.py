@@ -75,6 +75,43 @@ def test_step_timer_check_fails_and_names_the_mistake(wrong, cause):
     assert cause in exc.summary
 
 
+def no_sync_after_warmup(step, synchronize, warmup=3, repeats=10):
+    """The warm-up only queues its calls; the first timed sample waits for them too. With 7
+    repeats the median hides that one slow sample; with 3 and a slow call, it cannot."""
+    for _ in range(warmup):
+        step()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        step()
+        synchronize()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def test_step_timer_check_fails_a_warm_up_left_queued_and_names_it():
+    exc = failure(lesson.check_step_timer, no_sync_after_warmup)
+    assert exc.status == "failed" and "warm-up calls' queued work" in exc.summary
+
+
+def test_step_timer_short_run_passes_a_timer_that_syncs_before_each_sample():
+    """A sync before every clock reading drains the warm-up's queue: valid, and passes."""
+
+    def sync_first(step, synchronize, warmup=3, repeats=10):
+        for _ in range(warmup):
+            step()
+        samples = []
+        for _ in range(repeats):
+            synchronize()
+            t0 = time.perf_counter()
+            step()
+            synchronize()
+            samples.append(time.perf_counter() - t0)
+        return statistics.median(samples)
+
+    assert lesson.check_step_timer(sync_first).status == "passed"
+
+
 def test_step_timer_check_reports_not_attempted():
     assert failure(lesson.check_step_timer, not_attempted).status == "not-attempted"
 
@@ -234,6 +271,25 @@ def slowest_single_call(step):
     return max(profiled(step).events(), key=lambda e: e.self_cpu_time_total).name
 
 
+def by_total_time_of_aten_ops(step):
+    """Leaves out the ranges (`train_step`), then ranks by total time: a wrapper (argsort,
+    around sort) comes first."""
+    step()
+    rows = [e for e in profiled(step).key_averages() if e.key.startswith("aten::")]
+    return max(rows, key=lambda e: e.cpu_time_total).key
+
+
+def test_hidden_op_steps_have_a_wrapper_whose_total_holds_the_top_operator():
+    torch.set_num_threads(1)
+    step = lesson.hidden_op_steps()["hard examples by argsort"]
+    step()
+    rows = {e.key: e for e in profiled(step).key_averages()}
+    top = max(rows.values(), key=lambda e: e.self_cpu_time_total)
+    assert top.key == "aten::sort"
+    assert rows["aten::argsort"].cpu_time_total >= top.cpu_time_total
+    assert rows["aten::argsort"].self_cpu_time_total < 0.1 * top.self_cpu_time_total
+
+
 def first_row(step):
     return profiled(step).key_averages()[0].key
 
@@ -247,12 +303,20 @@ def test_slowest_op_check_passes_self_time_answers(valid):
     ("wrong", "cause"),
     [
         (by_total_time, "total* time includes everything"),
+        (by_total_time_of_aten_ops, "ranks by total (inclusive) time"),
         (slowest_single_call, "one by one"),
         (lambda step: "aten::addmm", "measure rather than guess"),
         (first_row, "self time"),
         (lambda step: "matmul", "no operator named"),
     ],
-    ids=["sorted-by-total-time", "slowest-single-call", "guessed-matmul", "first-row", "not-a-key"],
+    ids=[
+        "sorted-by-total-time",
+        "aten-ops-by-total-time",
+        "slowest-single-call",
+        "guessed-matmul",
+        "first-row",
+        "not-a-key",
+    ],
 )
 def test_slowest_op_check_fails_and_names_the_mistake(wrong, cause):
     exc = failure(lesson.check_slowest_op, wrong)

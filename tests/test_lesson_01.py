@@ -196,6 +196,25 @@ def test_one_cycle_check_passes_total_steps_form():
     assert lesson.check_one_cycle(fit_total).status == "passed"
 
 
+def test_one_cycle_check_passes_a_loop_without_the_trailing_scheduler_step():
+    """Every optimizer step used the right lr; the scheduler.step() after the last one would
+    only set an lr no step uses. The course grades the lr each step used: it passes."""
+
+    def fit_skip_last(model, optimizer, loader, *, epochs, max_lr, loss_fn):
+        total = epochs * len(loader)
+        scheduler = OneCycleLR(optimizer, max_lr=max_lr, total_steps=total)
+        for step, (x, y) in enumerate(b for _ in range(epochs) for b in loader):
+            optimizer.zero_grad()
+            loss_fn(model(x), y).backward()
+            optimizer.step()
+            if step < total - 1:
+                scheduler.step()
+        return scheduler
+
+    result = lesson.check_one_cycle(fit_skip_last)
+    assert result.status == "passed" and "changes nothing" in result.message
+
+
 @pytest.mark.parametrize(
     ("wrong", "expected"),
     [

@@ -105,6 +105,20 @@ def timer_total(step, synchronize, warmup=3, repeats=10):
     return total
 
 
+def timer_no_sync_after_warmup(step, synchronize, warmup=3, repeats=10):
+    """Issue 26: the warm-up only queues its calls; nothing waits for them before the first
+    clock reading, so the first sample holds the warm-up's work."""
+    for _ in range(warmup):
+        step()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        synchronize()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
 def timer_ns_numpy(step, synchronize, warmup=3, repeats=10):
     """Valid: nanosecond clock, numpy's median, a sync before and after every sample."""
     for _ in range(warmup):
@@ -155,10 +169,20 @@ STEP_TIMER = [
     pytest.param(
         timer_total, "failed", r"per call|total|repeats", (r"synchron",), id="wrong-total"
     ),
+    pytest.param(
+        timer_no_sync_after_warmup,
+        "failed",
+        r"warm-up.*queued|queued work|first timed sample",
+        (r"\bmean\b", NO_WARMUP),
+        id="wrong-no-sync-after-warmup",
+    ),
     pytest.param(timer_ns_numpy, "passed", None, (), id="valid-ns-numpy-median"),
     pytest.param(timer_sorted_middle, "passed", None, (), id="valid-sorted-middle"),
 ]
-STEP_TIMER = in_ci(STEP_TIMER, {"valid-sorted-middle", "wrong-mean", "wrong-no-sync"})
+STEP_TIMER = in_ci(
+    STEP_TIMER,
+    {"valid-sorted-middle", "wrong-mean", "wrong-no-sync", "wrong-no-sync-after-warmup"},
+)
 
 
 @pytest.mark.parametrize("fn, expected, cause, not_causes", STEP_TIMER)
@@ -425,6 +449,16 @@ def op_total_time(step):
     return max(prof.key_averages(), key=lambda e: e.cpu_time_total).key
 
 
+def op_aten_total_time(step):
+    """Issue 26: the ranges (`train_step`) left out, aten operators ranked by total
+    (inclusive) time: right wherever no aten wrapper holds the top operator."""
+    step()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    rows = [e for e in prof.key_averages() if e.key.startswith("aten::")]
+    return max(rows, key=lambda e: e.cpu_time_total).key
+
+
 def op_slowest_call(step):
     step()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -480,6 +514,13 @@ SLOWEST_OP = [
     ),
     pytest.param(op_total_time, "failed", r"total|self|wrapper|range", (), id="wrong-total-time"),
     pytest.param(
+        op_aten_total_time,
+        "failed",
+        r"total \(inclusive\) time|ranks by total",
+        (r"shape|warm|guess|one by one",),
+        id="wrong-ranks-by-total-time",
+    ),
+    pytest.param(
         op_slowest_call,
         "failed",
         r"single|one by one|per call|slowest call",
@@ -500,7 +541,10 @@ SLOWEST_OP = [
     pytest.param(op_summed_events, "passed", None, (), id="valid-summed-events"),
     pytest.param(op_sorted_three_calls, "passed", None, (), id="valid-three-calls-sorted"),
 ]
-SLOWEST_OP = in_ci(SLOWEST_OP, {"valid-summed-events", "wrong-no-warmup", "wrong-total-time"})
+SLOWEST_OP = in_ci(
+    SLOWEST_OP,
+    {"valid-summed-events", "wrong-no-warmup", "wrong-total-time", "wrong-ranks-by-total-time"},
+)
 
 
 @pytest.mark.parametrize("fn, expected, cause, not_causes", SLOWEST_OP)

@@ -408,6 +408,24 @@ def cycle_ceil_batches(model, optimizer, loader, *, epochs, max_lr, loss_fn):
     return s
 
 
+def cycle_skips_last_scheduler_step(model, optimizer, loader, *, epochs, max_lr, loss_fn):
+    """Valid (issue 26): no scheduler.step() after the last optimizer step. Every optimizer
+    step used OneCycleLR's lr; the skipped call would only set an lr no step uses."""
+    total = epochs * len(loader)
+    s = OneCycleLR(optimizer, max_lr=max_lr, total_steps=total)
+    done = 0
+    for _ in range(epochs):
+        for x, y in loader:
+            loss = loss_fn(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            done += 1
+            if done < total:
+                s.step()
+    return s
+
+
 ONE_CYCLE = [
     pytest.param(
         cycle_dataset_steps,
@@ -462,9 +480,18 @@ ONE_CYCLE = [
     pytest.param(cycle_returns_nothing, "failed", r"return", (), id="wrong-returns-none"),
     pytest.param(cycle_total_steps_explicit, "passed", None, (), id="valid-total-steps-explicit"),
     pytest.param(cycle_ceil_batches, "passed", None, (), id="valid-ceil-batch-count"),
+    pytest.param(
+        cycle_skips_last_scheduler_step, "passed", None, (), id="valid-skips-last-scheduler-step"
+    ),
 ]
 ONE_CYCLE = in_ci(
-    ONE_CYCLE, {"valid-ceil-batch-count", "wrong-returns-none", "wrong-stepped-per-epoch"}
+    ONE_CYCLE,
+    {
+        "valid-ceil-batch-count",
+        "valid-skips-last-scheduler-step",
+        "wrong-returns-none",
+        "wrong-stepped-per-epoch",
+    },
 )
 
 

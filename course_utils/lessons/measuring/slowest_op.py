@@ -40,6 +40,18 @@ def _input_shapes(step: Callable[[], None]) -> dict[str, int]:
     return shapes
 
 
+def _ran_inside(step: Callable[[], None], name: str) -> set[str]:
+    """The operators that ran inside `name` (its children, theirs, ...) in one call of step."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    inside, todo = set(), [e for e in prof.events() if e.name == name]
+    while todo:
+        for child in todo.pop().cpu_children:
+            inside.add(child.name)
+            todo.append(child)
+    return inside
+
+
 def _top(ops: dict[str, tuple[float, int, float]]) -> tuple[str, float]:
     name = max(ops, key=lambda k: ops[k][0])
     return name, ops[name][0]
@@ -60,6 +72,15 @@ def _op_diagnosis(
         return (
             f"{name!r} ran only in the first call of this step (a one-off cost, as cuDNN "
             "autotuning or a lazy initialisation have): call step() once before profiling"
+        )
+    wrapper = name.startswith("aten::") and name in ops and ops[name][2] >= ops[top][2]
+    if wrapper and top in _ran_inside(step, name):  # an operator around the top one
+        (mine, _, total), best = ops[name], ops[top][0]
+        return (
+            f"{name!r} had {mine / 1e3:.2f} ms of self time and {total / 1e3:.2f} ms in total, "
+            f"because {top!r} ({best / 1e3:.2f} ms of self time) ran inside it: your answer "
+            "ranks by total (inclusive) time, which counts what an operator calls as its own "
+            "and puts a wrapper first; rank by self time"
         )
     shapes = _input_shapes(step).get(top, 1)
     if right_elsewhere and shapes > 1:
@@ -106,8 +127,9 @@ def _single_call_or_guess(slowest_op: Callable, top: str, top_calls: int) -> str
 @check(
     "00-slowest-op",
     points=2,
-    hint="Profile one call of step() with torch.profiler.profile, then pick the row of "
-    "prof.key_averages() with the largest self_cpu_time_total and return its .key.",
+    hint="Which time belongs to an operator: everything that runs inside it, or only its own "
+    "work? Is the first call of a step like the others? Reread section 4, then test your "
+    "function on a step whose answer you know.",
 )
 def check_slowest_op(slowest_op: Callable) -> list:
     parts, threads = [], torch.get_num_threads()

@@ -49,7 +49,8 @@ THRESHOLDS = {
 @check(
     "01-lr-range",
     points=2,
-    hint="Open the folded hint above the exercise: the sweep, the smoothing and the stop rule.",
+    hint="Compare what the optimizer really stepped with (the raw points of the plot) with "
+    "what your test returns, from the first step to the last; reread the idea section.",
 )
 def check_lr_range_test(lr_range_test: Callable, suggest_lr: Callable) -> list:
     limit = THRESHOLDS["smoothing_total_variation"].value
@@ -157,8 +158,8 @@ def _one_cycle_case(fit_one_cycle: Callable, kind: str, max_lr: float) -> list:
 @check(
     "01-one-cycle",
     points=2,
-    hint="The scheduler must know the number of optimizer steps the loop will take, and be "
-    "stepped once after each of them; keep OneCycleLR's defaults.",
+    hint="Plot the lr and momentum each optimizer step used (lesson.record_schedule) beside "
+    "OneCycleLR's documented shape: where should it start, peak and end, and how often change?",
 )
 def check_one_cycle(fit_one_cycle: Callable) -> list:
     parts = []
@@ -179,7 +180,7 @@ def _decay_model() -> nn.Module:
 
 @check(
     "01-adamw",
-    points=1,
+    points=2,
     hint="Decay pulls a weight towards 0. Which parameters should it pull, and does Adam's "
     "weight_decay do that, or does Adam's normalisation undo it?",
 )

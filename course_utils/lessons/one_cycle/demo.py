@@ -272,13 +272,20 @@ class LossRecorder(nn.Module):
 
 
 def record_schedule(
-    fit_one_cycle: Callable, *, epochs: int = 3, steps_per_epoch: int = 20, max_lr: float = 0.01
+    fit_one_cycle: Callable,
+    *,
+    epochs: int = 3,
+    steps_per_epoch: int = 20,
+    max_lr: float = 0.01,
+    items: int | None = None,
 ) -> tuple[list[float], list[float]]:
-    """Run `fit_one_cycle` on a tiny model with AdamW; the per-step (lr, beta1) it used."""
+    """Run `fit_one_cycle` on a tiny model with AdamW; the per-step (lr, beta1) it used.
+    The loader has batches of 16 over `items` examples (default: steps_per_epoch full batches;
+    any other count leaves a partial last batch)."""
     seed_everything(0)
     model = nn.Linear(8, 4)
     optimizer = torch.optim.AdamW(model.parameters(), lr=max_lr)
-    n = steps_per_epoch * 16
+    n = items if items is not None else steps_per_epoch * 16
     dataset = TensorDataset(torch.randn(n, 8), torch.randint(0, 4, (n,)))
     recorder = StepRecorder(optimizer)
     try:

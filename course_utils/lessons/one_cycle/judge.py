@@ -240,7 +240,9 @@ def record_fit(fit_one_cycle: Callable, kind: str, max_lr: float):
 
 def returned_scheduler(returned, optimizer, recorder: StepRecorder) -> tuple[bool, str]:
     """Is the returned value the scheduler that drove this optimizer, stepped once per
-    optimizer step? (The notebook's loop returns it, for a caller to save or resume.)"""
+    optimizer step? (The notebook's loop returns it, for a caller to save or resume.) What
+    matters is the lr each optimizer step used, which the schedule part checks: one missing
+    scheduler.step() after the last optimizer step is harmless and passes."""
     steps = len(recorder.lr)
     if not isinstance(returned, LRScheduler):
         return False, (
@@ -249,6 +251,12 @@ def returned_scheduler(returned, optimizer, recorder: StepRecorder) -> tuple[boo
         )
     if returned.optimizer is not optimizer:
         return False, "the scheduler you returned drives another optimizer than the one passed in"
+    if returned.last_epoch == steps - 1:  # what each optimizer step used is judged apart
+        return True, (
+            f"returned the scheduler, stepped {steps - 1} times for {steps} optimizer steps: a "
+            "scheduler.step() after the last optimizer step would set an lr no step uses, so "
+            "leaving it out changes nothing"
+        )
     if returned.last_epoch != steps:
         return False, (
             f"the scheduler you returned was stepped {returned.last_epoch} times, the "
