@@ -24,6 +24,7 @@ from course_utils.lessons import distributed as lesson
 from course_utils.lessons.distributed import checks as lesson_checks
 from course_utils.lessons.distributed import ending
 from course_utils.lessons.distributed import workload as lesson_workload
+from course_utils.lessons.distributed.colleague import MAIN_GUARD, colleague_scripts
 from course_utils.lessons.distributed.judge import RankFailed
 from course_utils.lessons.distributed.launch import Launch
 from course_utils.lessons.distributed.reference_scripts import written_by
@@ -86,7 +87,7 @@ def test_ddp_check_passes_the_solution_script(tmp_path):
 
 
 MAIN = SOLUTION["ddp_train.py"]
-LOOP = MAIN[MAIN.index("    try:") : MAIN.rindex("    ### END SOLUTION")]
+LOOP = MAIN[MAIN.rindex("    try:") : MAIN.rindex("### END SOLUTION")]  # the fixed main's
 
 
 def test_ddp_check_passes_a_valid_alternative(tmp_path):
@@ -115,6 +116,35 @@ def test_ddp_check_passes_a_valid_alternative(tmp_path):
     )
     result = lesson.check_ddp_script(folder / "ddp_train.py")
     assert result.status == "passed", result.message
+
+
+def test_the_notebook_starts_exercise_1_from_the_colleagues_files():
+    """The cells the learner fixes hold the colleague's code that `observe_colleague` runs,
+    then the place for fixes; the learner copy keeps the code and stubs only that place."""
+    stubs = scripts(learner_copy(read(NOTEBOOK), NOTEBOOK.name))
+    for name, text in colleague_scripts().items():
+        head = text.removesuffix(MAIN_GUARD)
+        assert SOLUTION[name].startswith(head) and stubs[name].startswith(head), name
+    assert stubs["ddp_train.py"].endswith(MAIN_GUARD)
+
+
+def test_the_colleagues_script_is_measured_and_fails_on_its_three_faults(tmp_path):
+    """Exercise 1's faults: each process batches the global batch, no set_epoch, the DDP
+    wrapper's state dict saved. What observe_colleague shows, and what the check names."""
+    shown = lesson.observe_colleague(tmp_path)
+    rows = {line.split(" | ")[0].strip("| "): line for line in shown.splitlines()}
+    assert rows["samples per training forward"].endswith("| 32 | 32 |")
+    assert rows["epoch 0: first samples"] == rows["epoch 1: first samples"].replace("1:", "0:")
+    assert "`module.0.weight`" in shown and "refused it" in shown
+    exc = failure(lesson.check_ddp_script, tmp_path / "colleague" / "ddp_train.py")
+    assert exc.status == "failed"
+    for says in (
+        "each rank used the global batch size 32",
+        "call sampler.set_epoch(epoch)",
+        "keys start with `module.`",
+    ):
+        assert says in exc.summary, says
+    assert "shuts the process group down: destroy_process_group() ran" in exc.summary
 
 
 def test_ddp_check_names_a_sampler_that_is_not_passed_to_the_loader(tmp_path):

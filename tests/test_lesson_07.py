@@ -14,7 +14,7 @@ from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
 from course_utils.lessons import accumulation as lesson
 from course_utils.lessons.accumulation import checks as lesson_checks
-from course_utils.lessons.accumulation.demo import Measured
+from course_utils.lessons.accumulation.planning import Measured
 
 # --- exercise 1: accumulation ----------------------------------------------------------------
 
@@ -137,8 +137,18 @@ def test_batchnorm_breaks_equality_and_layernorm_does_not():
     assert gaps["none"] < 1e-12 and gaps["layer"] < 1e-12 and gaps["batch"] > 1e-2
 
 
-def test_guide_snippet_is_a_syntax_error():
-    assert lesson.guide_snippet_error().startswith("SyntaxError")
+def test_the_guides_loop_is_right_for_complete_groups_and_never_steps_a_partial_one():
+    """What section 1 measures before exercise 1: the guide's loop (with `if`, valid Python)
+    steps every complete group exactly and drops the last, shorter one; the check says so."""
+    case = lesson.make_accum_problem(n_micro=7, micro=4, k=3)
+    seen = lesson.learner_trajectory(lesson.guide_accumulate_epoch, case)
+    whole = lesson.full_batch_trajectory(case)
+    assert len(case.groups) == 3 and len(seen.grads) == 2
+    assert all(
+        lesson.rel_error(g, e) < 1e-12 for g, e in zip(seen.grads, whole.grads, strict=False)
+    )
+    exc = failure(lesson.check_accumulation, lesson.guide_accumulate_epoch)
+    assert "the last, partial group was dropped" in str(exc)
 
 
 # --- exercise 2: checkpointed forward -------------------------------------------------------
@@ -150,9 +160,46 @@ def per_block(blocks, x):
     return x
 
 
-@pytest.mark.parametrize("answer", [lesson.reference_checkpointed_forward, per_block])
-def test_checkpoint_check_passes_sqrt_segments_and_per_block(answer):
+def first_12(blocks, x):
+    for i, block in enumerate(blocks):
+        x = checkpoint(block, x, use_reentrant=False) if i < 12 else block(x)
+    return x
+
+
+def last_12(blocks, x):
+    for i, block in enumerate(blocks):
+        x = checkpoint(block, x, use_reentrant=False) if i >= 4 else block(x)
+    return x
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lesson.reference_checkpointed_forward,
+        first_12,
+        lambda b, x: checkpoint_sequential(b, 13, x, use_reentrant=False),
+    ],
+    ids=["reference", "first-12-blocks", "13-segments"],
+)
+def test_checkpoint_check_passes_the_fewest_blocks_that_fit(answer):
+    """12 blocks checkpointed one by one from the first (0.32x, 12 Linear layers re-run) is
+    the cheapest layout within the 0.35x budget; checkpoint_sequential with 13 segments is
+    the same layout (12 one-block segments and a last, plain one of 4)."""
     assert lesson.check_checkpointed_forward(answer).status == "passed"
+
+
+def test_step_cost_counts_the_peak_and_the_recomputation_of_a_layout():
+    blocks = lesson.make_blocks(depth=16, width=32)
+    x = torch.randn(512, 32, device=next(blocks.parameters()).device)
+    plain, first, last = (
+        lesson.step_cost(f, blocks, x) for f in (lambda b, h: b(h), first_12, last_12)
+    )
+    assert plain.peak_ratio == 1.0 and plain.reruns == 0
+    budget = lesson.THRESHOLDS["peak_ratio"].value
+    # the same number of blocks rebuilt; only early ones are rebuilt after the plain blocks'
+    # activations are freed, so only they fit
+    assert first.reruns == last.reruns == 12
+    assert first.peak_ratio <= budget < last.peak_ratio
 
 
 @pytest.fixture
@@ -197,6 +244,9 @@ def fresh_dropout_masks(blocks, x):
         (input_only, "peak memory"),
         (lambda blocks, x: blocks(x), "peak memory"),
         (lambda b, x: checkpoint_sequential(b, 2, x, use_reentrant=False), "peak memory"),
+        (lambda b, x: checkpoint_sequential(b, 4, x, use_reentrant=False), "21 Linear layers"),
+        (per_block, "16 Linear layers run again"),
+        (last_12, "peak memory"),
         (reentrant_per_block, "all 16 blocks got no gradient"),
         (reentrant_whole, "got no gradient"),
         (fresh_dropout_masks, "preserve_rng_state=True"),
@@ -206,6 +256,9 @@ def fresh_dropout_masks(blocks, x):
         "input-only",
         "none",
         "two-segments",
+        "sqrt-segments-rebuild-more-than-needed",
+        "every-block-rebuilds-more-than-needed",
+        "last-blocks-over-budget",
         "reentrant-per-block",
         "reentrant-whole",
         "rng-not-preserved",
@@ -354,7 +407,7 @@ def test_cuda_peak_probe_warms_up_before_its_first_measurement(monkeypatch):
     """The first CUDA matmul allocates cuBLAS's workspace (8-32 MiB) and the first backward
     the gradients: a warm-up call must come before the peak is read, or the first
     configuration probed is charged for them (CUDA faked: the peak reader is a spy)."""
-    from course_utils.lessons.accumulation import demo
+    from course_utils.lessons.accumulation import planning as demo
 
     events = []
 

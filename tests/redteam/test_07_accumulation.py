@@ -10,6 +10,7 @@ import itertools
 import math
 
 import pytest
+import torch
 from redteam_helpers import SLOW, assert_verdict, run_check
 from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
@@ -202,19 +203,71 @@ def ckpt_detached(blocks, x):
     return checkpoint_sequential(blocks, 4, x, use_reentrant=False).detach()
 
 
-def ckpt_every_block(blocks, x):  # valid
+# Teaching v4 turned exercise 2 into a decision (fit a memory budget with the fewest layers
+# rebuilt in backward). The two answers below were valid for the old exercise (any layout
+# under 0.35x) and are wrong for the new one: they fit, but rebuild more than the budget
+# needs. The cases after them were written by the exercise's author, not blind.
+
+
+def ckpt_every_block(blocks, x):  # was valid: fits, rebuilds all 16 blocks
     h = x
     for block in blocks:
         h = checkpoint(block, h, use_reentrant=False)
     return h
 
 
-def ckpt_manual_segments(blocks, x):  # valid: every segment checkpointed, the last included
+def ckpt_manual_segments(blocks, x):  # was valid: every segment checkpointed, the last included
     size = math.isqrt(len(blocks))
     h = x
     for start in range(0, len(blocks), size):
         h = checkpoint(blocks[start : start + size], h, use_reentrant=False)
     return h
+
+
+def ckpt_sqrt_rule(blocks, x):  # the sqrt(n) rule: fits, rebuilds more than needed
+    return checkpoint_sequential(blocks, math.isqrt(len(blocks)), x, use_reentrant=False)
+
+
+def ckpt_last_blocks(blocks, x):  # enough blocks, the wrong ones: plain early activations stay
+    start = len(blocks) - 12
+    for i, block in enumerate(blocks):
+        x = checkpoint(block, x, use_reentrant=False) if i >= start else block(x)
+    return x
+
+
+def ckpt_one_block_too_few(blocks, x):  # 11 blocks: the least recomputation, over the budget
+    for i, block in enumerate(blocks):
+        x = checkpoint(block, x, use_reentrant=False) if i < 11 else block(x)
+    return x
+
+
+def ckpt_first_blocks_measured(blocks, x):  # valid: the fewest first blocks, found by measuring
+    from course_utils.lessons.accumulation.layouts import step_cost
+
+    def first(k):
+        def forward(b, h):
+            for i, block in enumerate(b):
+                h = checkpoint(block, h, use_reentrant=False) if i < k else block(h)
+            return h
+
+        return forward
+
+    if not hasattr(ckpt_first_blocks_measured, "k"):
+        with torch.enable_grad():
+            was = blocks.training
+            blocks.train()
+            budget = lesson.THRESHOLDS["peak_ratio"].value
+            ckpt_first_blocks_measured.k = next(
+                k
+                for k in range(len(blocks) + 1)
+                if step_cost(first(k), blocks, x.detach()).peak_ratio <= budget
+            )
+            blocks.train(was)
+    return first(ckpt_first_blocks_measured.k)(blocks, x)
+
+
+def ckpt_sequential_fine(blocks, x):  # valid: 13 segments = 12 one-block segments + 4 plain
+    return checkpoint_sequential(blocks, 13, x, use_reentrant=False)
 
 
 CHECKPOINTED = [
@@ -241,8 +294,29 @@ CHECKPOINTED = [
         ckpt_half, "failed", r"peak", (r"one around everything",), id="wrong-half-checkpointed"
     ),
     pytest.param(ckpt_detached, "failed", r"gradient|grad", (), id="wrong-detached-output"),
-    pytest.param(ckpt_every_block, "passed", None, (), id="valid-every-block", marks=SLOW),
-    pytest.param(ckpt_manual_segments, "passed", None, (), id="valid-manual-segments", marks=SLOW),
+    pytest.param(
+        ckpt_every_block, "failed", r"re-?run|again in backward", (r"peak",), id="wrong-every-block"
+    ),
+    pytest.param(
+        ckpt_manual_segments,
+        "failed",
+        r"re-?run|again in backward",
+        (r"peak",),
+        id="wrong-manual-segments-all-checkpointed",
+    ),
+    pytest.param(
+        ckpt_sqrt_rule, "failed", r"re-?run|again in backward", (r"peak",), id="wrong-sqrt-rule"
+    ),
+    pytest.param(
+        ckpt_last_blocks, "failed", r"peak", (r"gradient", r"nothing was"), id="wrong-last-blocks"
+    ),
+    pytest.param(
+        ckpt_one_block_too_few, "failed", r"peak", (r"gradient",), id="wrong-one-block-too-few"
+    ),
+    pytest.param(
+        ckpt_first_blocks_measured, "passed", None, (), id="valid-first-blocks-measured", marks=SLOW
+    ),
+    pytest.param(ckpt_sequential_fine, "passed", None, (), id="valid-13-segments", marks=SLOW),
 ]
 
 

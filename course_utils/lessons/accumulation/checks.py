@@ -1,16 +1,18 @@
-"""Lesson 07's checks: an accumulated epoch equal to full-batch steps, a checkpointed forward
-that really keeps less, and a micro-batch plan that fits a memory budget at the best speed."""
+"""Lesson 07's checks: an accumulated epoch equal to full-batch steps, a checkpointing layout
+that fits a memory budget with the least recomputation, and a micro-batch plan that fits a
+memory budget at the best speed."""
 
 from __future__ import annotations
 
 import torch
 
-from ...checks import Threshold, at_most, check, correct, not_applicable, retry_measure
+from ...checks import Part, Threshold, at_most, check, correct, not_applicable, retry_measure
 from ...device import device_class, get_device
 from ...measure import compare, steady_cpu
-from ...memory import activation_bytes, tensor_peak_bytes
 from ...protocol import FAILED
 from . import demo
+from .layouts import StepCost, fewest_first_k, grad_mismatch, memory_cause, step_cost, step_grads
+from .planning import EFFECTIVE_BATCH, MadeUpProbe, Probe, budgets
 from .reference import reference_plan
 
 THRESHOLDS = {
@@ -29,11 +31,13 @@ THRESHOLDS = {
     ),
     "peak_ratio": Threshold(
         0.35,
-        "peak live tensor bytes of the step, checkpointed / plain, 16 blocks of width 32, batch "
-        "512 (deterministic: tensor_peak_bytes): per-block 0.15, sqrt(16)=4 segments 0.29, 3 "
-        "segments 0.40, 2 segments 0.53, one checkpoint around everything 1.0 (cpu-bf16); "
-        "H200 (cuda-tensorcore, torch 2.11, one run): 4 segments 0.30, per block 0.17; "
-        "the goal is a third",
+        "exercise 2's memory budget: peak live tensor bytes of the step, checkpointed / plain, "
+        "16 blocks of width 32, batch 512, dropout 0.1 (deterministic: tensor_peak_bytes; "
+        "cpu-bf16, torch 2.14): the first k blocks checkpointed one by one give k=11 0.373, "
+        "k=12 0.316, k=13 0.259, so the budget sits 0.023 above and 0.034 below the two "
+        "nearest layouts; checkpoint_sequential 2/3/4/13/16 segments 0.53/0.40/0.29/0.316/0.145; "
+        "one checkpoint around everything 1.0. H200 (cuda-tensorcore, torch 2.11, one run): 4 "
+        "segments 0.30, per block 0.17 (first-k unmeasured there)",
         measured_on=("cpu-bf16", "cuda-tensorcore"),
     ),
     "time_ratio_cpu": Threshold(
@@ -41,7 +45,9 @@ THRESHOLDS = {
         "step time checkpointed / plain on a CPU, interleaved median of 8 pairs, one thread, "
         "load average 5-11 on 2 cores (cpu-bf16), 16 blocks of width 32, batch 512: per-block "
         "1.7-2.3x, 4 segments 1.4-1.9x (GELU, LayerNorm, dropout and per-checkpoint Python "
-        "overhead are dear to redo on a CPU). A guard against pathological recomputation only",
+        "overhead are dear to redo on a CPU); the first 12 blocks one by one (exercise 2's "
+        "answer since Teaching v4) 1.68x and 1.77x (n=2 check runs, load 10-13). A guard "
+        "against pathological recomputation only",
         measured_on=("cpu-bf16",),
     ),
     "time_ratio_gpu": Threshold(
@@ -133,9 +139,9 @@ def _diagnose(got: demo.Trajectory, want: demo.Trajectory, problem) -> str:
 @check(
     "07-accumulation",
     points=3,
-    hint="Divide each micro-batch's loss by the number of micro-batches in its group (the last "
-    "group may be shorter), call backward() on each, then optimizer.step() and zero_grad() "
-    "once per group, and do not forget the last, partial group.",
+    hint="Set each optimizer.step() beside one step on the whole group of micro-batches it "
+    "covers: how many groups does the loader make, and which mean must the last, shorter "
+    "group's gradient be? Reread section 1 and the guide's loop measured there.",
 )
 def check_accumulation(accumulate_epoch):
     parts = []
@@ -167,66 +173,72 @@ def check_accumulation(accumulate_epoch):
     return parts
 
 
-# --- exercise 2: a checkpointed forward ------------------------------------------------------
+# --- exercise 2: checkpoint just enough for a memory budget ----------------------------------
 
 
-def _grads(forward, blocks, x, train: bool) -> dict[str, torch.Tensor | None]:
-    """Parameter gradients of one step (None where autograd gave none), same dropout seed."""
-    blocks.train(train)
-    blocks.zero_grad(set_to_none=True)
-    torch.manual_seed(7)
-    out = forward(blocks, x)
-    if out.requires_grad:  # a whole-model reentrant checkpoint returns a graph-less output
-        out.square().mean().backward()
-    return {n: None if p.grad is None else p.grad.clone() for n, p in blocks.named_parameters()}
+def time_limit() -> float:
+    """The step-time guard of exercise 2 on this device class (a GPU's small-block steps are
+    launch-bound, a CPU's pay GELU, LayerNorm and dropout again: both measured in THRESHOLDS)."""
+    on_gpu = device_class().startswith("cuda")
+    return THRESHOLDS["time_ratio_gpu" if on_gpu else "time_ratio_cpu"].value
 
 
-def _grad_mismatch(got: dict, want: dict) -> tuple[str, float]:
-    """('' or what is wrong, worst relative error) between two steps' parameter grads."""
-    missing = sorted({int(n.split(".")[0]) for n, g in got.items() if g is None})
-    blocks = 1 + max(int(n.split(".")[0]) for n in got)
-    if missing:
-        which = f"all {blocks} blocks" if len(missing) == blocks else f"block(s) {missing}"
+def _gradient_part(checkpointed_forward, blocks, x) -> Part:
+    tol = THRESHOLDS["ckpt_grad_rel_error"].value
+    plain_train, plain_eval = (step_grads(demo.plain_forward, blocks, x, t) for t in (True, False))
+    why, err = grad_mismatch(step_grads(checkpointed_forward, blocks, x, True), plain_train, tol)
+    if why == "gradients differ":
+        eval_grads = step_grads(checkpointed_forward, blocks, x, False)
+        eval_why, _ = grad_mismatch(eval_grads, plain_eval, tol)
         why = (
-            f"{which} got no gradient: with use_reentrant=True (the default when it is omitted) "
-            "and an input that does not require grad, a checkpointed segment is cut off from "
-            "autograd; pass use_reentrant=False (or the forward ran under no_grad)"
+            "gradients match without dropout but not with it: the recomputation drew new "
+            "dropout masks; keep preserve_rng_state=True"
+            if not eval_why
+            else "gradients differ from the plain model's even without dropout"
         )
-        return why, 1.0
-    worst = max(demo.rel_error(got[n], w) for n, w in want.items())
-    return ("" if worst <= THRESHOLDS["ckpt_grad_rel_error"].value else "gradients differ"), worst
+    ok = not why
+    return correct(
+        "gradients (dropout on)",
+        ok,
+        f"equal to the plain model's within {err:.1g}"
+        if ok
+        else f"{why} (worst relative error {err:.2g})",
+        value=err,
+        threshold=tol,
+        better="lower",
+    )
 
 
-def _memory_cause(checkpointed_forward, blocks, x, peak_ratio: float) -> str:
-    """What the forward kept, measured (saved-tensor hooks), tells the causes apart: nothing
-    checkpointed keeps everything; one checkpoint around everything keeps almost nothing but
-    rebuilds it all at once in backward; segments too coarse keep something in between."""
-    plain = activation_bytes(lambda: demo.plain_forward(blocks, x))
-    saved = activation_bytes(lambda: checkpointed_forward(blocks, x)) / plain
-    measured = f"your forward kept {saved:.2f}x the plain forward's saved bytes"
-    if saved >= 0.9:
-        return (
-            f"{measured}: nothing was checkpointed (checkpoint_sequential's last segment never is)"
-        )
-    if saved <= 0.1:
-        return (
-            f"{measured} but the peak is {peak_ratio:.2f}x: the checkpointed part is rebuilt at "
-            "once in backward; checkpoint about sqrt(n) segments, or every block"
-        )
-    return (
-        f"{measured} and peaks at {peak_ratio:.2f}x: the segments kept or rebuilt at once are "
-        "too large; see 'Activation checkpointing': about sqrt(n) segments, or every block"
+def _recompute_part(mine: StepCost, blocks, x, budget: float) -> Part:
+    """Recomputation against the fewest the budget needs, as the check measures it."""
+    _, best = fewest_first_k(blocks, x, budget)
+    ok = mine.reruns <= best.reruns
+    what = f"{mine.reruns} Linear layers run again in backward"
+    return correct(
+        "recomputation",
+        ok,
+        f"{what}: no more than the fewest the check found for this budget ({best.reruns})"
+        if ok
+        else f"{what}, where a layout the check measured fits the budget too ({best.peak_ratio:.2f}x) "
+        f"with {best.reruns}: your layout checkpoints more than the budget needs, and every "
+        "checkpointed layer is paid again in backward. Measure other layouts with "
+        "lesson.step_cost",
+        value=mine.reruns,
+        threshold=best.reruns,
+        better="lower",
     )
 
 
 @check(
     "07-checkpointed-forward",
     points=3,
-    hint="torch.utils.checkpoint.checkpoint_sequential(blocks, segments, x, use_reentrant=False) "
-    "with about sqrt(len(blocks)) segments, or checkpoint(block, h, use_reentrant=False) per "
-    "block; keep preserve_rng_state at its default (True).",
+    hint="Fit the budget first, then pay as little recomputation as you can: every layer you "
+    "checkpoint is run again in backward. Measure candidate layouts with "
+    "lesson.step_cost(forward, blocks, x) (peak ratio and Linear layers re-run), and reread "
+    "'Activation checkpointing' on use_reentrant and dropout.",
 )
 def check_checkpointed_forward(checkpointed_forward):
+    print("measuring your layout's gradients, peak memory and recomputation ...")  # 5-15 s
     blocks = demo.make_blocks(depth=16, width=32, dropout=0.1)
     x = torch.randn(512, 32, device=get_device())
     with torch.no_grad():
@@ -237,51 +249,32 @@ def check_checkpointed_forward(checkpointed_forward):
             "forward", same, "output equals blocks(x)" if same else "output differs from blocks(x)"
         )
     ]
-    plain_train, plain_eval = (_grads(demo.plain_forward, blocks, x, t) for t in (True, False))
-    why, err = _grad_mismatch(_grads(checkpointed_forward, blocks, x, True), plain_train)
-    if why == "gradients differ":
-        eval_why, _ = _grad_mismatch(_grads(checkpointed_forward, blocks, x, False), plain_eval)
-        why = (
-            "gradients match without dropout but not with it: the recomputation drew new "
-            "dropout masks; keep preserve_rng_state=True"
-            if not eval_why
-            else "gradients differ from the plain model's even without dropout"
-        )
-    ok = not why
-    parts.append(
-        correct(
-            "gradients (dropout on)",
-            ok,
-            f"equal to the plain model's within {err:.1g}"
-            if ok
-            else f"{why} (worst relative error {err:.2g})",
-            value=err,
-            threshold=THRESHOLDS["ckpt_grad_rel_error"].value,
-            better="lower",
-        )
-    )
-    if not ok:
+    with steady_cpu():  # one thread: many times faster than two on a shared 2-core CPU
+        parts.append(_gradient_part(checkpointed_forward, blocks, x))
+    if parts[-1].status == FAILED:
         return parts + [not_applicable("memory and time", "not measured: the gradients are wrong")]
     blocks.train()
-    plain = demo.train_step(demo.plain_forward, blocks, x)
-    mine = demo.train_step(checkpointed_forward, blocks, x)
-    ratio = tensor_peak_bytes(mine) / tensor_peak_bytes(plain)
+    budget = THRESHOLDS["peak_ratio"].value
+    mine = step_cost(checkpointed_forward, blocks, x)
     memory = at_most(
         "peak memory",
-        ratio,
-        THRESHOLDS["peak_ratio"].value,
+        mine.peak_ratio,
+        budget,
         "peak bytes of live tensors over forward + backward, yours / no checkpointing",
         unit="x",
     )
     if memory.status == FAILED:
-        memory.message += "; " + _memory_cause(checkpointed_forward, blocks, x, ratio)
+        memory.message += "; " + memory_cause(checkpointed_forward, blocks, x, mine.peak_ratio)
         return parts + [memory, not_applicable("step time", "not measured: fix the memory first")]
-    parts.append(memory)
-    on_gpu = device_class().startswith("cuda")
-    limit = THRESHOLDS["time_ratio_gpu" if on_gpu else "time_ratio_cpu"].value
+    parts += [memory, _recompute_part(mine, blocks, x, budget)]
+    if parts[-1].status == FAILED:
+        return parts + [not_applicable("step time", "not measured: fix the recomputation first")]
+    limit = time_limit()
+    plain = demo.train_step(demo.plain_forward, blocks, x)
+    step = demo.train_step(checkpointed_forward, blocks, x)
     with steady_cpu():
         slow = retry_measure(
-            lambda: 1 / compare(plain, mine, warmup=1, repeats=8).speedup, ok=lambda r: r <= limit
+            lambda: 1 / compare(plain, step, warmup=1, repeats=8).speedup, ok=lambda r: r <= limit
         )
     parts.append(
         at_most(
@@ -292,41 +285,6 @@ def check_checkpointed_forward(checkpointed_forward):
 
 
 # --- exercise 3: micro-batch x accumulation x checkpointing for a memory budget -------------
-
-EFFECTIVE_BATCH = 256
-
-
-def budgets(probe) -> dict[str, int]:
-    """A roomy budget (the whole batch fits without checkpointing) and a tight one (only a
-    quarter of it does), set from the probe's own measurements on this device."""
-    quarter, half = (probe(EFFECTIVE_BATCH // d).peak_bytes for d in (4, 2))
-    return {
-        "roomy": int(1.2 * probe(EFFECTIVE_BATCH).peak_bytes),
-        "tight": (quarter + half) // 2,
-    }
-
-
-class MadeUpProbe:
-    """A probe with designed numbers for an effective batch of 12 (divisors 1, 2, 3, 4, 6, 12:
-    not all powers of two), so that each shortcut picks a slower plan on some budget:
-    checkpointing is 0.6x as fast and keeps about a third, budgets sit exactly on a peak."""
-
-    EFFECTIVE = 12
-    PLAIN = {1: (20, 100), 2: (30, 180), 3: (40, 250), 4: (50, 300), 6: (70, 380), 12: (130, 500)}
-    BUDGETS = {  # KiB; catches: powers of two, no full batch, < for <=, least memory | never
-        # checkpointing, ignoring the budget | "the largest that fits is the fastest"
-        "made-up, roomy (exactly the full batch's peak)": 130,
-        "made-up, checkpointing needed (exactly its peak)": 48,
-        "made-up, a smaller plain batch beats a larger checkpointed one": 75,
-    }
-
-    def __call__(self, micro_batch: int, checkpoint: bool = False) -> demo.Measured:
-        if micro_batch not in self.PLAIN:
-            raise ValueError(f"micro_batch {micro_batch!r} does not divide {self.EFFECTIVE}")
-        peak, speed = self.PLAIN[micro_batch]
-        if checkpoint:
-            peak, speed = {1: 15, 2: 18, 3: 21, 4: 24, 6: 30, 12: 48}[micro_batch], 0.6 * speed
-        return demo.Measured(micro_batch, bool(checkpoint), peak * 1024, float(speed))
 
 
 def _judge(name: str, choice, budget: int, probe, effective: int = EFFECTIVE_BATCH) -> object:
@@ -379,12 +337,12 @@ def _judge(name: str, choice, budget: int, probe, effective: int = EFFECTIVE_BAT
 @check(
     "07-plan",
     points=2,
-    hint="Try every micro-batch that divides the effective batch, with and without "
-    "checkpointing; keep those whose probe(...).peak_bytes fits the budget (<=); return the one "
-    "with the highest samples_per_s as (micro_batch, effective_batch // micro_batch, checkpoint).",
+    hint="A plan keeps the effective batch, fits the budget as the probe measures it, and is "
+    "the fastest that does: which configurations are candidates at all, and which do you "
+    "have to ask the probe about? Reread section 3.",
 )
 def check_plan(plan, probe=None):
-    probe = probe or demo.Probe()
+    probe = probe or Probe()
     parts = [
         _judge(name, plan(EFFECTIVE_BATCH, budget, probe), budget, probe)
         for name, budget in budgets(probe).items()

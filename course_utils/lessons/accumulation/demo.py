@@ -18,30 +18,22 @@ from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 from tqdm.auto import tqdm
 
 from ...device import get_device
-from ...measure import compare, steady_cpu, time_fn
-from ...memory import activation_bytes, cuda_peak_memory, tensor_peak_bytes
-
-# Kuhn's snippet as the Chinese rendering in seeds/003 carries it: `for` where `if` is meant.
-GUIDE_SNIPPET = """\
-model.zero_grad()
-for i, (inputs, labels) in enumerate(training_set):
-    predictions = model(inputs)
-    loss = loss_function(predictions, labels)
-    loss = loss / accumulation_steps
-    loss.backward()
-    for (i+1) % accumulation_steps == 0:
-        optimizer.step()
-        model.zero_grad()
-"""
+from ...measure import compare, steady_cpu
+from ...memory import activation_bytes, tensor_peak_bytes
 
 
-def guide_snippet_error() -> str:
-    """Compile the guide's snippet and return the SyntaxError Python raises."""
-    try:
-        compile(GUIDE_SNIPPET, "guide", "exec")
-    except SyntaxError as exc:
-        return f"SyntaxError: {exc.msg} (line {exc.lineno}: {exc.text.strip()!r})"
-    return "compiles"
+def guide_accumulate_epoch(model, optimizer, loader, loss_fn, accum_steps):
+    """The guide's accumulation loop (its tip 9), in exercise 1's names: `training_set` is
+    `loader`, `loss_function` is `loss_fn`, `accumulation_steps` is `accum_steps`."""
+    model.zero_grad()  # Reset gradients tensors
+    for i, (inputs, labels) in enumerate(loader):
+        predictions = model(inputs)  # Forward pass
+        loss = loss_fn(predictions, labels)  # Compute loss function
+        loss = loss / accum_steps  # Normalize our loss (if averaged)
+        loss.backward()  # Backward pass
+        if (i + 1) % accum_steps == 0:  # Wait for several backward steps
+            optimizer.step()  # Now we can do an optimizer step
+            model.zero_grad()  # Reset gradients tensors
 
 
 # --- accumulation ---------------------------------------------------------------------------
@@ -191,12 +183,30 @@ def segments_forward(segments: int) -> Callable:
     return forward
 
 
+def linear_calls(blocks: nn.Module, step: Callable[[], None]) -> int:
+    """How many times `step()` runs a Linear layer of `blocks` (forward and recomputation):
+    a forward hook on every nn.Linear counts its calls."""
+    calls = [0]
+
+    def count(*_) -> None:
+        calls[0] += 1
+
+    hooks = [m.register_forward_hook(count) for m in blocks.modules() if isinstance(m, nn.Linear)]
+    try:
+        step()
+    finally:
+        for h in hooks:
+            h.remove()
+    return calls[0]
+
+
 @dataclass
 class SweepPoint:
     segments: int  # 0 = no checkpointing
     saved_bytes: int  # saved for backward during the forward (saved-tensor hooks)
     peak_bytes: int  # peak of live tensors over forward + backward
     time_ratio: float  # step time / step time without checkpointing (interleaved median)
+    reruns: int = 0  # Linear forwards run again in backward (linear_calls beyond the plain step)
 
 
 def segment_sweep(
@@ -204,6 +214,7 @@ def segment_sweep(
 ) -> list[SweepPoint]:
     """Memory and time of checkpoint_sequential against the plain step, per segment count."""
     plain = train_step(plain_forward, blocks, x)
+    base_calls = linear_calls(blocks, plain)
     points = [
         SweepPoint(
             0, activation_bytes(lambda: plain_forward(blocks, x)), tensor_peak_bytes(plain), 1.0
@@ -215,7 +226,8 @@ def segment_sweep(
             step = train_step(fwd, blocks, x)
             ratio = 1 / compare(plain, step, warmup=1, repeats=repeats).speedup
             saved = activation_bytes(lambda fwd=fwd: fwd(blocks, x))
-            points.append(SweepPoint(n, saved, tensor_peak_bytes(step), ratio))
+            reruns = linear_calls(blocks, step) - base_calls
+            points.append(SweepPoint(n, saved, tensor_peak_bytes(step), ratio, reruns))
     return points
 
 
@@ -270,84 +282,8 @@ def rng_under_recompute(depth: int = 4, width: int = 32, batch: int = 64) -> dic
     return out
 
 
-def time_step(step: Callable[[], None], repeats: int = 5) -> float:
-    """Median seconds per step, one thread on a CPU, samples of >= 20 ms to even out load."""
-    with steady_cpu():
-        return time_fn(step, warmup=1, repeats=repeats, min_sample_s=0.02).median
-
-
-# --- choosing micro-batch x accumulation x checkpointing --------------------------------------
-
-
-@dataclass(frozen=True)
-class Measured:
-    """One micro-batch step of the probe's workload: forward + backward, no optimizer."""
-
-    micro_batch: int
-    checkpoint: bool
-    peak_bytes: int  # peak live tensors (CUDA: max_memory_allocated beyond the start)
-    samples_per_s: float
-
-
-class Probe:
-    """`probe(micro_batch, checkpoint)` measures that configuration once and caches it, so a
-    plan and its check see the same numbers. `checkpoint=True` checkpoints every block."""
-
-    def __init__(self, depth: int = 4, width: int = 32, repeats: int = 5):
-        self.blocks, self.width, self.repeats = (
-            make_blocks(depth, width, dropout=0.0),
-            width,
-            repeats,
-        )
-        self.cache: dict[tuple[int, bool], Measured] = {}
-
-    def __call__(self, micro_batch: int, checkpoint: bool = False) -> Measured:
-        if not isinstance(micro_batch, int) or micro_batch < 1:
-            raise ValueError(f"micro_batch must be a positive int, got {micro_batch!r}")
-        key = (micro_batch, bool(checkpoint))
-        if key not in self.cache:
-            self.cache[key] = self._measure(*key)
-        return self.cache[key]
-
-    def _measure(self, micro_batch: int, ckpt: bool) -> Measured:
-        x = torch.randn(micro_batch, self.width, device=get_device())
-        step = train_step(per_block_forward if ckpt else plain_forward, self.blocks, x)
-        peak = step_peak_bytes(step, x.device)
-        return Measured(micro_batch, ckpt, peak, micro_batch / time_step(step, self.repeats))
-
-
-def step_peak_bytes(step: Callable[[], None], device: torch.device) -> int:
-    """Peak bytes one call of `step()` adds. On CUDA one warm-up call comes first: the first
-    matmul allocates cuBLAS's workspace (8 MiB, 32 MiB on Hopper) and the first backward the
-    gradients, both kept afterwards, so without it the first configuration probed would be
-    charged for them and later ones would not."""
-    if device.type == "cuda":
-        step()
-        return cuda_peak_memory(step, device).extra_bytes
-    return tensor_peak_bytes(step)
-
-
 def per_block_forward(blocks: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
     """Every block checkpointed: only block inputs are kept; all of the forward is redone."""
     for block in blocks:
         x = checkpoint(block, x, use_reentrant=False)
     return x
-
-
-def plot_plans(probe: Probe, budgets: dict[str, int], chosen: dict[str, tuple], title: str):
-    """Every configuration the probe measured (peak MiB, samples/s) and each budget's choice."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    for ckpt, marker in [(False, "o"), (True, "^")]:
-        ms = [m for m in probe.cache.values() if m.checkpoint == ckpt]
-        xy = [(m.peak_bytes / 2**20, m.samples_per_s) for m in ms]
-        ax.scatter(*zip(*xy, strict=True), marker=marker, label=f"checkpoint={ckpt}")
-        for m, point in zip(ms, xy, strict=True):
-            ax.annotate(str(m.micro_batch), point, fontsize=7)
-    for i, (name, b) in enumerate(budgets.items()):
-        ax.axvline(b / 2**20, color=f"C{i + 2}", ls="--", label=f"{name} budget: {chosen[name]}")
-    ax.set(xlabel="peak MiB per micro-step", ylabel="samples/s", yscale="log", title=title)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig

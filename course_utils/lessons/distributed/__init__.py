@@ -2,10 +2,12 @@
 
 Modules: workload (the problem every process imports, and the trace), launch (torchrun from
 a notebook, with a deadline), probe and bench (torchrun entry points), reference (answers and
-the single-process replay), colleague (exercise 2's code to diagnose), judge and ending
-(verdicts: training, then checkpoint and shutdown), checks, demo (what the notebook shows).
+the single-process replay), colleague (the code of both exercises to diagnose), observe
+(exercise 1's measurements), judge and ending (verdicts: training, then checkpoint and
+shutdown), checks, demo (what the notebook shows).
 """
 
+from .bench import interleaved, timed
 from .checks import THRESHOLDS, check_ddp_script, check_no_sync
 from .colleague import colleague_accumulate
 from .demo import (
@@ -19,6 +21,8 @@ from .demo import (
     what_pickle_stores,
     workdir,
 )
+from .observe import observe_colleague, observe_script
+from .probe import counting_allreduce
 from .reference import reference_accumulate
 
 __all__ = [
@@ -27,12 +31,17 @@ __all__ = [
     "check_ddp_script",
     "check_no_sync",
     "colleague_accumulate",
+    "counting_allreduce",
+    "interleaved",
     "measure_scaling",
     "multinode_command",
+    "observe_colleague",
+    "observe_script",
     "plot_scaling",
     "reference_accumulate",
     "scaling_table",
     "scaling_verdict",
+    "timed",
     "unpickle_in_fresh_process",
     "what_pickle_stores",
     "workdir",

@@ -83,6 +83,19 @@ def timed(fn, n: int, device) -> float:
     return (time.perf_counter() - t0) / n
 
 
+def interleaved(variants: dict, rounds: int) -> dict[str, list[float]]:
+    """Seconds of each variant, one sample per round, the variants taking turns within a
+    round: a change in the machine's load hits all of them alike. Round 0 pays the one-off
+    costs (allocations, DDP's first buckets) and is dropped."""
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for r in range(rounds + 1):
+        for name, run in variants.items():
+            seconds = run()  # None on the rank that only waited
+            if r > 0 and seconds is not None:
+                samples[name].append(seconds)
+    return samples
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
@@ -156,13 +169,8 @@ def measure(args, rank: int, world: int, device) -> dict:
         "accumulate x4 + no_sync": together("accumulate x4 + no_sync", micro, reference_accumulate),
         COLLEAGUE: together(COLLEAGUE, micro, colleague_accumulate),
     }
-    samples: dict[str, list[float]] = {k: [] for k in variants}
     counts: dict[str, float] = {}
-    for r in range(args.rounds + 1):  # round 0 warms up and is dropped
-        for name, run in variants.items():
-            seconds = run()
-            if r > 0 and seconds is not None:
-                samples[name].append(seconds)
+    samples = interleaved(variants, args.rounds)
     return {
         "colleague_grad_ratio": grad_ratio(ddp, micro, colleague_accumulate),
         "samples": samples,

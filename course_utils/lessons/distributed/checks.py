@@ -61,11 +61,11 @@ def _launch_error(launch: Launch, what: str) -> None:
 
 @check(
     "06-ddp-script",
-    points=4,
-    hint="init_process_group from torchrun's environment; wrap the model in DDP; a "
-    "DistributedSampler per process with batch_size = global batch // world size; "
-    "sampler.set_epoch(epoch) at the start of every epoch; torch.save of "
-    "model.module.state_dict() only on rank 0; destroy_process_group() in a `finally:`.",
+    points=3,
+    hint="Set each measurement of section 4 beside the goal it breaks, then find the one line "
+    "behind it: what each process's loader batches, what the sampler's shuffle depends on, "
+    "whose state_dict the checkpoint holds. Rerun lesson.observe_script on your fixed files "
+    "before the check.",
 )
 def check_ddp_script(script, *, timeout_s: float | None = None) -> list[Part]:
     script = Path(script)
