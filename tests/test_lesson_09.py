@@ -311,6 +311,61 @@ def test_fuse_stub_and_reference_delegation():
     )
 
 
+def _eval_out(model, x, eps=None):
+    model = copy.deepcopy(model).eval()
+    if eps is not None:
+        for m in model.modules():
+            if isinstance(m, _BatchNorm):
+                m.eps = eps
+    with torch.no_grad():
+        return model(x)
+
+
+def test_small_variance_specimen_shows_a_dropped_eps_that_scenario_model_hides():
+    """The evidence behind the specimen: leaving BN's eps out moves scenario_model's eval
+    output by less than the tolerance (its running variances are 0.5-2), and the small-variance
+    model's by far more; a correct fusion of the latter stays well inside it."""
+    atol = lesson.THRESHOLDS["output_atol"].value
+    x = lesson.scenario_input()
+    scenario = lesson.scenario_model()
+    assert (_eval_out(scenario, x, eps=0.0) - _eval_out(scenario, x)).abs().max() < atol
+    small = lesson.small_variance_model()
+    variances = torch.cat([m.running_var for m in small.modules() if isinstance(m, _BatchNorm)])
+    assert 0.9e-5 <= variances.min() and variances.max() <= 1.1e-4
+    assert all(m.training for m in small.modules())  # handed over as a training model
+    assert (_eval_out(small, x, eps=0.0) - _eval_out(small, x)).abs().max() > 1e3 * atol
+    fused = lesson.reference_fuse_for_inference.__wrapped__(small, lesson.scenario_input(2))
+    with torch.no_grad():
+        assert (fused(x) - _eval_out(small, x)).abs().max() < 0.1 * atol
+    assert lesson.batch_norm_calls(fused, x) == 0
+
+
+def test_fuse_fails_a_fold_without_eps_naming_it(monkeypatch):
+    from course_utils import checks
+    from course_utils.lessons.bn_bias import fusion
+
+    passing = checks.at_least("inference speed-up", 2.0, 1.15, "stubbed in this test")
+    monkeypatch.setattr(fusion, "_fusion_speed", lambda fuse: passing)
+
+    def fold_without_eps(model, example):
+        fused = copy.deepcopy(model).eval()
+        for name, bn_name in lesson.feeds_bn(fused, example, train=False).items():
+            conv, bn = fused.get_submodule(name), fused.get_submodule(bn_name)
+            if not isinstance(conv, nn.Conv2d):
+                continue
+            a = bn.weight / torch.sqrt(bn.running_var)
+            with torch.no_grad():
+                conv.weight.mul_(a.reshape(-1, 1, 1, 1))
+                bias = conv.bias if conv.bias is not None else torch.zeros_like(a)
+                conv.bias = nn.Parameter(a * (bias - bn.running_mean) + bn.bias)
+            parent, _, attr = bn_name.rpartition(".")
+            setattr(fused.get_submodule(parent) if parent else fused, attr, nn.Identity())
+        return fused
+
+    failed = failure(lesson.check_fuse, fold_without_eps)
+    assert failed.status == "failed" and "eps left out" in failed.summary
+
+
 # --- the pair-ratio plot --------------------------------------------------------------------
 
 

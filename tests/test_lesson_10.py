@@ -332,6 +332,38 @@ def test_evaluate_check_fails_freezing_the_parameters_instead_of_no_grad():
     assert part(lesson.check_evaluate, frozen, "still trainable").status == "failed"
 
 
+def test_colleague_evaluate_shows_its_symptoms_and_the_check_names_each_fault():
+    """Exercise 3's specimen: two calls disagree (Dropout on), autograd is off afterwards, and
+    with eval mode added the mean of per-batch accuracies is still named."""
+    model, x, y = lesson.eval_specimen()
+    try:
+        first = lesson.colleague_evaluate(model, x, y)
+        second = lesson.colleague_evaluate(model, x, y)
+        assert first != second and not torch.is_grad_enabled()
+    finally:
+        torch.set_grad_enabled(True)
+    try:
+        accuracy = part(lesson.check_evaluate, lesson.colleague_evaluate, "accuracy")
+        assert accuracy.status == "failed" and "model.eval()" in accuracy.message
+    finally:
+        torch.set_grad_enabled(True)
+
+    def with_eval(model, x, y, batch_size=256):
+        model.eval()
+        return lesson.colleague_evaluate(model, x, y, batch_size)
+
+    for name, said in [
+        ("accuracy", "mean of per-batch accuracies"),
+        ("autograd left on", "OFF for the whole program"),
+        ("mode restored", "restore the mode"),
+    ]:
+        try:
+            found = part(lesson.check_evaluate, with_eval, name)
+        finally:
+            torch.set_grad_enabled(True)
+        assert found.status == "failed" and said in found.message, (name, found.message)
+
+
 def test_evaluate_check_reports_not_attempted_and_refuses_the_reference():
     assert fails(lesson.check_evaluate, not_attempted) == "not-attempted"
     assert fails(lesson.check_evaluate, lambda *a: lesson.reference_evaluate(*a)) == "failed"

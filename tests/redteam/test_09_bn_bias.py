@@ -23,7 +23,7 @@ from torch.overrides import TorchFunctionMode
 
 from course_utils import checks
 from course_utils.lessons import bn_bias as lesson
-from course_utils.lessons.bn_bias import checks as bn_checks
+from course_utils.lessons.bn_bias import fusion as bn_fusion
 
 # One torch thread: a loaded 2-core machine runs these small models far faster so, and no
 # verdict depends on the thread count (timed sections pin their own threads anyway).
@@ -494,6 +494,35 @@ def wrong_bn_dropped(model, example):
     return fused
 
 
+def _fold_without_eps(conv, bn):
+    """W' = a W, b' = a (b - mean) + beta with a = gamma / sqrt(var): eps left out."""
+    fused = copy.deepcopy(conv)
+    a = bn.weight / torch.sqrt(bn.running_var)
+    bias = conv.bias if conv.bias is not None else torch.zeros_like(bn.running_mean)
+    with torch.no_grad():
+        fused.weight.mul_(a.reshape(-1, *[1] * (conv.weight.dim() - 1)))
+        fused.bias = nn.Parameter(a * (bias - bn.running_mean) + bn.bias)
+    return fused
+
+
+def wrong_drops_eps(model, example):
+    """Folds by hand from the pairs feeds_bn reads, but forgets BatchNorm's eps: invisible
+    where running variances are near 1, not where a channel barely varies."""
+    fused = copy.deepcopy(model).eval()
+    for name, bn_name in _conv_pairs(fused, example):
+        conv, bn = fused.get_submodule(name), fused.get_submodule(bn_name)
+        _set(fused, name, _fold_without_eps(conv, bn))
+        _set(fused, bn_name, nn.Identity())
+    return fused
+
+
+def wrong_drops_eps_verified(model, example):
+    """The same fold, kept only where the output agrees: on variances near 1 every pair is
+    kept; where eps matters, its own verification leaves the BNs unfused."""
+    fused = copy.deepcopy(model).eval()
+    return _fuse_verified(fused, example, _conv_pairs(fused, example), _fold_without_eps)
+
+
 FUSE = [
     case(valid_fx_fuser, "passed"),
     case(valid_hand_folded, "passed"),
@@ -507,6 +536,8 @@ FUSE = [
     case(wrong_bn_moved_into_conv_slot, names=r"batch-norm|BN"),
     case(wrong_affine_not_folded, names=r"fast|speed|time"),
     case(wrong_bn_dropped, names=r"output"),
+    case(wrong_drops_eps, names=r"eps", not_names=r"given|train mode"),
+    case(wrong_drops_eps_verified, names=r"batch-norm", not_names=r"given|train mode"),
 ]
 
 
@@ -520,5 +551,5 @@ TIMED = {"valid_hand_folded", "wrong_affine_not_folded"}
 def test_fuse(fn, expect, names, not_names, monkeypatch):
     if fn.__name__ not in TIMED:
         passing = checks.at_least("inference speed-up", 2.0, 1.15, "stubbed in this test")
-        monkeypatch.setattr(bn_checks, "_fusion_speed", lambda fuse: passing)
+        monkeypatch.setattr(bn_fusion, "_fusion_speed", lambda fuse: passing)
     assert_graded(grade(lesson.check_fuse, fn), expect, names, not_names)

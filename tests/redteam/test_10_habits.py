@@ -372,6 +372,27 @@ def wrong_grad_mode_left_off(model, x, y, batch_size=256):
     return acc
 
 
+def wrong_colleague_eval_only(model, x, y, batch_size=256):
+    """Exercise 3's colleague, with only the first symptom fixed: eval mode, never restored;
+    autograd still switched off globally; still a mean of per-batch accuracies."""
+    model.eval()
+    return lesson.colleague_evaluate(model, x, y, batch_size)
+
+
+def wrong_colleague_block_and_mode_fixed(model, x, y, batch_size=256):
+    """The colleague's loop with both symptoms fixed (eval mode restored, no_grad as a block),
+    but still averaging per-batch accuracies over a short last batch."""
+    was = model.training
+    model.eval()
+    with torch.no_grad():
+        accs = [
+            (model(x[i : i + batch_size]).argmax(1) == y[i : i + batch_size]).float().mean()
+            for i in range(0, len(x), batch_size)
+        ]
+    model.train(was)
+    return torch.stack(accs).mean().item()
+
+
 EVALUATE = [
     case(valid_every_module_restored, "passed"),
     case(valid_inference_cat, "passed"),
@@ -384,6 +405,8 @@ EVALUATE = [
     case(wrong_drops_last_partial_batch, names=r"accuracy"),
     case(wrong_requires_grad_off, names=r"requires.grad|require grad"),
     case(wrong_grad_mode_left_off, names=r"grad"),
+    case(wrong_colleague_eval_only, names=r"per-batch", not_names=r"saved for backward: .*above"),
+    case(wrong_colleague_block_and_mode_fixed, names=r"per-batch", not_names=r"train mode|OFF"),
 ]
 
 

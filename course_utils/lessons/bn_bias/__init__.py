@@ -1,12 +1,6 @@
 """Lesson 09, no bias before BatchNorm: what the notebook uses, re-exported."""
 
-from .checks import (
-    THRESHOLDS,
-    batch_norm_calls,
-    check_fuse,
-    check_remove_biases,
-    check_speed_verdict,
-)
+from .checks import THRESHOLDS, check_remove_biases, check_speed_verdict
 from .dataflow import feeds_bn
 from .demo import (
     REDUNDANT,
@@ -18,8 +12,10 @@ from .demo import (
     real_speedup_ratios,
     scenario_input,
     scenario_model,
+    small_variance_model,
     train_step_comparison,
 )
+from .fusion import batch_norm_calls, check_fuse
 from .plots import plot_pair_ratios
 from .reference import (
     reference_fuse_for_inference,
@@ -47,5 +43,6 @@ __all__ = [
     "reference_speed_verdict",
     "scenario_input",
     "scenario_model",
+    "small_variance_model",
     "train_step_comparison",
 ]

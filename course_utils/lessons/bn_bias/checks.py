@@ -1,5 +1,5 @@
-"""Lesson 09's graded checks: redundant biases removed (and only those), a speed verdict that
-respects the noise, and conv+BN fusion for inference."""
+"""Lesson 09's graded checks: redundant biases removed (and only those) and a speed verdict
+that respects the noise; THRESHOLDS for all three (conv+BN fusion is checked in fusion.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,8 @@ import statistics
 import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
-from torch.overrides import TorchFunctionMode
 
-from ...checks import Threshold, at_least, at_most, check, correct, retry_measure
-from ...device import device_class
+from ...checks import Threshold, at_most, check, correct, retry_measure
 from ...models import count_parameters
 from . import demo
 from .dataflow import feeds_bn
@@ -28,7 +26,17 @@ THRESHOLDS = {
     ),
     "output_atol": Threshold(
         1e-4,
-        evidence="removing or fusing exactly moves outputs by < 2e-6 (float32, CPU, n=20)",
+        evidence="removing or fusing exactly moves outputs by < 2e-6 (float32, CPU, n=20); on "
+        "small_variance_model (running_var 1e-5..1e-4) fuse_conv_bn_eval moves them by 1.4e-6, "
+        "a fusion without BN's eps by 3.1 (1.6 and 1.4 with one BN's eps left out), while on "
+        "scenario_model (running_var 0.5-2) leaving eps out moves them by only 3.0e-6 "
+        "(torch 2.14, cpu-bf16, deterministic specimens)",
+        measured_on=("cpu-bf16",),
+    ),
+    "small_variance_bn_ops_left": Threshold(
+        0,
+        evidence="small_variance_model by construction: 2 conv -> BN pairs, both fusable "
+        "(fuse_conv_bn_eval and torch.fx's fuser leave 0 batch-norm calls, torch 2.14 CPU)",
         measured_on=("cpu-bf16",),
     ),
     "fusion_speedup": Threshold(
@@ -65,10 +73,11 @@ def _differ(a: torch.Tensor, b: torch.Tensor) -> float:
 @check(
     "09-remove-biases",
     points=3,
-    hint="A bias is redundant only if the layer's output goes straight into a BatchNorm and "
-    "nowhere else. Module order cannot tell you (blocks register modules in any order): watch "
-    "a train-mode forward with hooks, or perturb the bias and see if the output moves. Fold the "
-    "bias into the BN's running_mean (running_mean -= bias) so eval outputs stay the same.",
+    hint="Reread sections 1 and 2: a bias is redundant only where the layer's output reaches "
+    "nothing but a BatchNorm, in the forward pass (module order says nothing about it), and a "
+    "second use can hide behind a later BN. For eval outputs, ask what an eval-mode BN "
+    "subtracts and what that number absorbed during training. The message says which layers "
+    "you removed or kept wrongly and which mode's output moved.",
 )
 def check_remove_biases(remove_redundant_biases):
     model, x = demo.scenario_model(downstream_bn=True), demo.scenario_input()
@@ -221,9 +230,9 @@ def _verdict_part(speed_verdict, name: str, ratios: list[float], truth: str):
 @check(
     "09-speed-verdict",
     points=2,
-    hint="Judge the spread of the pair ratios, not only their middle: claim 'faster' only if "
-    "most pairs agree (e.g. the lower quartile is above 1), 'slower' if the upper quartile "
-    "is below 1, else 'no effect'. The mean is at the mercy of one outlier.",
+    hint="Judge the spread of the pair ratios, not only their middle: claim an effect only "
+    "when most pairs agree on it, and never let one outlier decide either way. Try your rule "
+    "on ratios whose truth you know (the exercise's hints say how) before the check does.",
 )
 def check_speed_verdict(speed_verdict):
     parts = [
@@ -239,114 +248,3 @@ def check_speed_verdict(speed_verdict):
     for name, (truth, measure) in measured.items():
         parts.append(_verdict_part(speed_verdict, name, _measured(truth, measure), truth))
     return parts
-
-
-# --- exercise 3: fuse conv+BN for inference -------------------------------------------------
-
-
-class _CountBatchNorm(TorchFunctionMode):
-    """Counts batch-norm calls however they are made (module or functional)."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if "batch_norm" in getattr(func, "__name__", ""):
-            self.calls += 1
-        return func(*args, **(kwargs or {}))
-
-
-def batch_norm_calls(model: nn.Module, x: torch.Tensor) -> int:
-    counter = _CountBatchNorm()
-    with torch.no_grad(), counter:
-        model(x)
-    return counter.calls
-
-
-@check(
-    "09-fuse",
-    points=2,
-    hint="Work on copy.deepcopy(model).eval(): fuse_conv_bn_eval refuses train mode. Fuse only "
-    "a conv whose output goes straight into the BN, replace that BN by nn.Identity(), and keep "
-    "the training model as it was.",
-)
-def check_fuse(fuse_for_inference):
-    model, x = demo.scenario_model(), demo.scenario_input()
-    state = copy.deepcopy(model.state_dict())
-    want = _outputs(model, x, False)
-    fused = fuse_for_inference(model, demo.scenario_input(2))
-    same_state = set(state) == set(model.state_dict()) and all(
-        torch.equal(v, model.state_dict()[k]) for k, v in state.items()
-    )
-    not_training = [n or "the model" for n, m in model.named_modules() if not m.training]
-    if not same_state:
-        said = "your function changed the weights or buffers of the model it was given: fuse a copy (copy.deepcopy)"
-    elif not_training:
-        said = (
-            f"weights untouched, but the model you were given is left in eval mode "
-            f"({', '.join(not_training[:3])}): call .eval() on the copy, not on it"
-        )
-    else:
-        said = "unchanged, still in train mode"
-    parts = [correct("training model kept", same_state and not not_training, said)]
-    # nn.Identity (what a fused BN becomes) and containers (torch.fx makes plain Modules to
-    # hold submodules) do the same in either mode
-    modeless = (nn.Identity, nn.Sequential, nn.ModuleList, nn.ModuleDict)
-    training = [
-        n or "the copy"
-        for n, m in fused.named_modules()
-        if m.training and not isinstance(m, modeless) and type(m) is not nn.Module
-    ]
-    parts.append(
-        correct(
-            "eval-mode copy",
-            not training,
-            "every submodule of the copy is in eval mode"
-            if not training
-            else f"{len(training)} module(s) of the copy are in train mode ({', '.join(training[:3])}): "
-            "call .eval() on the copy (it sets every submodule; .training = False sets one)",
-        )
-    )
-    with torch.no_grad():
-        gap = _differ(copy.deepcopy(fused).eval()(x), want)
-    parts.append(
-        at_most(
-            "eval output", gap, THRESHOLDS["output_atol"].value, "largest change of the eval output"
-        )
-    )
-    calls = batch_norm_calls(fused, x)
-    parts.append(
-        at_most(
-            "batch-norm ops left",
-            calls,
-            THRESHOLDS["bn_ops_left"].value,
-            f"batch-norm calls in one forward (the unfused model makes {batch_norm_calls(model.eval(), x)}; "
-            "each conv -> BN pair fused removes one)",
-        )
-    )
-    model.train()
-    if any(p.status == "failed" for p in parts):
-        return [*parts, correct("inference speed-up", False, "not measured: fix the fusion first")]
-    return [*parts, _fusion_speed(fuse_for_inference)]
-
-
-def _fusion_speed(fuse_for_inference):
-    torch.manual_seed(0)
-    net, x = demo.pointwise_net().eval(), torch.randn(8, 3, 128, 128)
-    fused = fuse_for_inference(net, x)
-    threshold = THRESHOLDS["fusion_speedup"].value
-
-    def measure() -> float:  # fixed repeats, whatever the mode: the threshold was sized on these
-        return demo.inference_comparison(net, fused, x, repeats=10).speedup
-
-    speedup = retry_measure(measure, ok=lambda s: s >= threshold)
-    applies = device_class() != "mps"
-    return at_least(
-        "inference speed-up",
-        speedup,
-        threshold,
-        "fused vs unfused eval forward of a 1x1-conv net (BN is a large share of its time)",
-        applies=applies,
-        reason="fusion speed on Apple GPUs was not measured for this course",
-    )

@@ -137,6 +137,32 @@ def scenario_model(seed: int = 0, *, downstream_bn: bool = False) -> nn.Sequenti
     return model
 
 
+def small_variance_model(seed: int = 0) -> nn.Sequential:
+    """Two conv -> BN pairs whose channels vary little, like channels that nearly died in
+    training: running variances 1e-5..1e-4, matching what the convs produce on
+    scenario_input(). BatchNorm's eps (1e-5) is then a large part of running_var + eps, so a
+    fusion that leaves it out is off by O(1) here, where scenario_model's variances (0.5-2)
+    hide it (by ~3e-6). Returned in train mode, as a training model."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+        nn.Conv2d(8, 8, 1), nn.BatchNorm2d(8),
+    ).eval()  # fmt: skip
+    x = scenario_input()
+    with torch.no_grad():
+        for i in (0, 3):  # scale each conv's channels to the target variance, then measure
+            conv, bn = model[i], model[i + 1]
+            scale = (torch.logspace(-5, -4, 8) / model[: i + 1](x).var(dim=(0, 2, 3))).sqrt()
+            conv.weight.mul_(scale.reshape(-1, 1, 1, 1))
+            conv.bias.mul_(scale)
+            h = model[: i + 1](x)
+            bn.running_mean.copy_(h.mean(dim=(0, 2, 3)))
+            bn.running_var.copy_(h.var(dim=(0, 2, 3)))
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.uniform_(-0.5, 0.5)
+    return model.train()
+
+
 REDUNDANT = ["0.0", "1.conv", "5.conv", "8"]  # the layers of scenario_model whose bias BN cancels
 EVAL_ONLY = ["5.refine"]  # a layer scenario_model runs only in eval mode
 

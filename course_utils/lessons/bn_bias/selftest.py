@@ -1,5 +1,5 @@
 """What `course selftest` runs for notebook 09: each check with its reference answer, and
-the headline effect (conv+BN fusion, inference time) as cells 19-20 do."""
+the headline effect (conv+BN fusion, inference time) as the notebook's fusion cells do."""
 
 from __future__ import annotations
 

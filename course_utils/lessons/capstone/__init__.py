@@ -1,11 +1,20 @@
 """Lesson 11, the capstone: a speed-run to a target accuracy, its ablation, and a diagnosis."""
 
-from .ablate import ablation, describe, plot_ablation, summarise, timing_run, variants
+from .ablate import (
+    ablation,
+    describe,
+    interleave_segments,
+    plot_ablation,
+    summarise,
+    timing_run,
+    variants,
+)
 from .checks import PAIRS, THRESHOLDS, check_speedrun, pairs, time_threshold
 from .demo import baseline_loop, compare_airbench, mode_note, tuned_loop
 from .recipe import (
     Recipe,
     Run,
+    Trained,
     baseline,
     decode_all,
     device_batches,
@@ -29,6 +38,7 @@ __all__ = [
     "time_threshold",
     "Recipe",
     "Run",
+    "Trained",
     "ablation",
     "baseline_loop",
     "check_speedrun",
@@ -39,6 +49,7 @@ __all__ = [
     "fit",
     "grad_scaler",
     "held_out_accuracy",
+    "interleave_segments",
     "mode_note",
     "plot_ablation",
     "reference_speedrun",

@@ -120,16 +120,24 @@ def ablation(seeds: int = 1, device=None, known: dict[str, Run] | None = None) -
             names = list(recipes) if seed % 2 == 0 else list(reversed(recipes))
             reused = {n: known[n] for n in names if seed == 0 and n in reusable}
             runs = {n: _timing(recipes[n], dataset, seed, device, n, shared, bar) for n in names}
-            last = {}
-            for k in range(SEGMENTS):
-                for name in names if k % 2 == 0 else names[::-1]:
-                    if name not in reused:
-                        last[name] = next(runs[name])
+            last = interleave_segments(runs, names, skip=reused)
             for name in names:
                 runs[name].close()
                 run = reused.get(name) or as_run(recipes[name], last[name], len(dataset), device)
                 rows.append({"variant": name, "seed": seed, "seconds": run.seconds, "run": run})
     return rows
+
+
+def interleave_segments(runs: dict, names: list[str], skip=()) -> dict:
+    """Advance every run by one timed segment at a time (each `next` trains a segment and
+    reads the clocks after synchronising), the order reversed every other segment, so that a
+    slow minute of the machine lands on every variant, not on one. Returns each run's last."""
+    last = {}
+    for k in range(SEGMENTS):
+        for name in names if k % 2 == 0 else names[::-1]:
+            if name not in skip:
+                last[name] = next(runs[name])
+    return last
 
 
 def _same(run: Run | None, recipe: Recipe) -> bool:

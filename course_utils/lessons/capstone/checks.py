@@ -200,11 +200,10 @@ def _warm_up(dataset) -> None:
 @check(
     "11-speedrun",
     points=4,
-    hint="Decode the images once per run and keep them on the device; train at a larger batch "
-    "with a one-cycle schedule for just enough epochs; autocast where your device class says "
-    "it pays (fp16 through a GradScaler, bf16 without); no bias before BatchNorm; no .item() "
-    "per step. "
-    "Never look at the test split. Return the trained model.",
+    hint="Read which part failed. Accuracy: did your run train enough, at a rate and schedule "
+    "that suit its batch? Time: where does your run spend it? Section 3's ablation and "
+    "cu.diagnose show what each lesson's technique is worth on your device class; keep "
+    "only what pays there. Never look at the test split, and return the trained model.",
 )
 def check_speedrun(speedrun):
     dataset, cls = training_set(), device_class()

@@ -164,12 +164,10 @@ def _speed(fast_train, steps: int, eval_every: int) -> tuple[float, float, float
 @check(
     "10-fast-train",
     points=3,
-    hint="Profile slow_train (its own profiler is in log.profile). Then: no detect_anomaly and no "
-    "profiler; convert the numpy arrays once with torch.from_numpy(...).to(device) and slice "
-    "tensors; build the class-weight tensor once with device=; use torch.optim.AdamW(..., "
-    "foreach=True) (or fused=True) with slow_train's betas, eps and weight decay; keep losses as "
-    "loss.detach() tensors and call torch.stack(losses).tolist() once at the end; validate in "
-    "model.eval() under torch.inference_mode().",
+    hint="Reread section 1: each habit leaves a trace in the profile (calls per step) or in "
+    "the counters of lesson.diagnose. Run lesson.diagnose(fast_train, steps, eval_every) on "
+    "your own loop and see which counts are left. The results must match slow_train's run "
+    "exactly: where they do not, the message says where your run and slow_train's part.",
 )
 def check_fast_train(fast_train) -> list:
     steps, every = steps_and_every()
@@ -238,9 +236,10 @@ def remaining_costs(remaining: list[str], cls: str) -> str:
 @check(
     "10-evaluate",
     points=2,
-    hint="Remember was_training = model.training; call model.eval() (Dropout off, BatchNorm uses "
-    "its running statistics); run the batches under torch.inference_mode() or torch.no_grad(); "
-    "sum the correct predictions; finally model.train(was_training).",
+    hint="Reread section 3: what does each of the two switches change, and which of them "
+    "does the colleague's code use, and how? Call your evaluate twice on a model in train "
+    "mode and compare: the accuracy, model.training of every submodule, "
+    "torch.is_grad_enabled(), and the accuracy over all rows at once.",
 )
 def check_evaluate(evaluate) -> list:
     model, x, y = demo.eval_specimen()

@@ -161,11 +161,11 @@ def _judge(name: str, s: Specimen, t, thrown: int = 0) -> object:
 @check(
     "10-to-tensor",
     points=2,
-    hint="torch.as_tensor(data, dtype=dtype) shares whenever it can. It raises for arrays it "
-    "cannot wrap (negative strides, strides that are not a whole number of elements, a byte "
-    "order that is not the machine's): copy those once, "
-    "into native order, e.g. np.ascontiguousarray(data, dtype=data.dtype.newbyteorder('=')). "
-    "torch.tensor, .astype, .copy() and .contiguous() copy even when sharing was possible.",
+    hint="Reread section 2: for each kind of input, can a tensor (a start, a dtype, a shape "
+    "and strides in whole elements, the machine's byte order) describe its memory? Where it "
+    "can, share it (lesson.shares_memory tells you); where it cannot, make exactly one copy "
+    "into a layout a tensor can describe. The message names each case that copied, shared "
+    "or converted wrongly.",
 )
 def check_to_tensor(to_tensor) -> list:
     parts = []

@@ -326,13 +326,3 @@ def optimizer_timings(rounds: int = 5) -> dict[str, float]:
         with steady_cpu():
             out[label] = time_fn(optimizer.step, warmup=2, repeats=rounds).median * 1e3
     return out
-
-
-def show_source(*fns: Callable) -> None:
-    """Display functions' source as a code block: the learner reads what they will fix."""
-    import inspect
-
-    from IPython.display import Markdown, display
-
-    code = "\n\n".join(inspect.getsource(f).rstrip() for f in fns)
-    display(Markdown(f"```python\n{code}\n```"))

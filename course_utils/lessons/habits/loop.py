@@ -1,4 +1,5 @@
-"""The slow training loop of lesson 10, and the same loop with any chosen habit fixed.
+"""The slow training loop of lesson 10, the same loop with any chosen habit fixed, and a
+colleague's evaluate for exercise 3 to diagnose.
 
 `slow_train` is what the learner reads and diagnoses: seven habits that each look harmless,
 written the way they appear in real code. `variant_train` is the same loop with a switch per
@@ -204,6 +205,16 @@ def adamw_step(params, state, step: int, lr: float = LR) -> None:
         exp_avg_sq.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
         denom = (exp_avg_sq.sqrt() / bias2**0.5).add_(EPS)
         p.addcdiv_(exp_avg, denom, value=-lr / bias1)
+
+
+def colleague_evaluate(model, x, y, batch_size=256):
+    """A colleague's validation: "no gradients, so it is fast and cannot touch training"."""
+    torch.set_grad_enabled(False)  # no graph, nothing saved for backward
+    accuracies = []
+    for i in range(0, len(x), batch_size):
+        logits = model(x[i : i + batch_size])
+        accuracies.append((logits.argmax(1) == y[i : i + batch_size]).float().mean())
+    return torch.stack(accuracies).mean().item()
 
 
 def _accuracy(model, x, y, grad: bool) -> torch.Tensor:

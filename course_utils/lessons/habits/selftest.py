@@ -1,5 +1,5 @@
 """What `course selftest` runs for notebook 10: each check with its reference answer, and
-the headline effect (fixing slow_train's habits, time per step) as cells 10-11 do."""
+the headline effect (fixing slow_train's habits, time per step) as the baseline cells do."""
 
 from __future__ import annotations
 
