@@ -245,6 +245,29 @@ ACCUMULATE = {
         "from course_utils.lessons.distributed.colleague import colleague_accumulate\n\n"
         "accumulate_gradients = colleague_accumulate\n"
     ),
+    "sync_first": SOLUTION["accumulate.py"].replace("last = i == k - 1", "last = i == 0"),
+    "divides_by_world": SOLUTION["accumulate.py"]
+    .replace(" / k  #", " / (k * torch.distributed.get_world_size())  #")
+    .replace("import contextlib\n", "import contextlib\n\nimport torch.distributed\n"),
+    "zero_grad_inside": SOLUTION["accumulate.py"].replace(
+        "        last = i == k - 1\n",
+        "        last = i == k - 1\n        model.zero_grad(set_to_none=True)\n",
+    ),
+    "manual_allreduce": (  # right gradient, averaged by hand: one collective per parameter
+        "import torch.distributed as dist\nimport torch.nn.functional as F\n\n\n"
+        "def accumulate_gradients(model, micro_batches):\n"
+        "    with model.no_sync():\n"
+        "        for x, y in micro_batches:\n"
+        "            (F.cross_entropy(model(x), y) / len(micro_batches)).backward()\n"
+        "    for p in model.parameters():\n"
+        "        dist.all_reduce(p.grad)\n"
+        "        p.grad /= dist.get_world_size()\n"
+    ),
+    "extra_allreduce": SOLUTION["accumulate.py"]  # DDP's sync, then the same by hand
+    + "    from torch.distributed import all_reduce, get_world_size\n\n"
+    "    for p in model.parameters():\n"
+    "        all_reduce(p.grad)\n"
+    "        p.grad /= get_world_size()\n",
     "stub": scripts(learner_copy(read(NOTEBOOK), NOTEBOOK.name))["accumulate.py"],
     "delegates": (
         "from course_utils.lessons.distributed.reference import reference_accumulate\n\n\n"
@@ -289,6 +312,11 @@ def test_no_sync_check_passes_the_solution_and_an_alternative(probed, monkeypatc
         ("backward_only", "the forward AND backward of all but the last micro-batch"),
         ("all_in_no_sync", "nothing was all-reduced"),
         ("not_divided", "4x the mean: divide each micro-batch's loss by 4"),
+        ("sync_first", "each exactly what synchronising the first instead of the last leaves"),
+        ("divides_by_world", "1/2 of the mean (half): divided by the world size (2)"),
+        ("zero_grad_inside", "only the last micro-batch's gradient is left"),
+        ("manual_allreduce", "0 all-reduce(s) by DDP plus 4 dist.all_reduce (one per parameter)"),
+        ("extra_allreduce", "1 all-reduce(s) by DDP plus 4 dist.all_reduce (one per parameter)"),
         ("delegates", "reference answer `reference_accumulate`"),
     ],
 )
@@ -296,6 +324,34 @@ def test_no_sync_check_names_each_mistake(probed, monkeypatch, name, says):
     exc = failure(lesson.check_no_sync, check_probed(probed, monkeypatch, name))
     assert exc.status == "failed"
     assert says in exc.summary
+
+
+def test_no_sync_check_passes_the_gradient_that_a_manual_allreduce_got_right(probed, monkeypatch):
+    """Averaging by hand leaves the right gradient: only the count fails, and the message does
+    not say the ranks never average."""
+    exc = failure(lesson.check_no_sync, check_probed(probed, monkeypatch, "manual_allreduce"))
+    assert "every rank holds the full-batch mean gradient" in exc.summary
+    assert "never average" not in exc.summary
+
+
+def _ranks(known: list[dict]) -> list[dict]:
+    """Measured results of 2 ranks whose gradients are off the full-batch mean by 0.5."""
+    return [
+        {"exception": None, "micro_batches": 4, "per_sync": 1, "allreduces": 1,
+         "own_collectives": {}, "parameters": 4, "diff_full": 0.5, "scale": 1.0,
+         "known": k, "rank_diff": 0.0}
+        for k in known
+    ]  # fmt: skip
+
+
+def test_a_known_mistake_is_named_only_when_every_rank_matches_it():
+    from course_utils.lessons.distributed.judge import judge_accumulation
+
+    both = judge_accumulation(_ranks([{"world_down": 0.0}, {"world_down": 1e-7}]), 1e-4)
+    assert "divided by the world size" in both[1].message
+    one = judge_accumulation(_ranks([{"world_down": 0.0}, {"world_down": 0.3}]), 1e-4)
+    assert "neither the full-batch mean nor a known mistake" in one[1].message
+    assert "world size" not in one[1].message
 
 
 def test_no_sync_check_names_both_mistakes_of_the_colleagues_code(probed, monkeypatch):

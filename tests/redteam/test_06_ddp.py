@@ -295,6 +295,29 @@ ACCUMULATE = {
         dist.all_reduce(p.grad)
         p.grad /= dist.get_world_size()
 """,
+    "wrong-sync-first-micro-batch": """
+    k = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        with model.no_sync() if i > 0 else contextlib.nullcontext():
+            (F.cross_entropy(model(x), y) / k).backward()
+""",
+    "wrong-extra-allreduce-after-ddp": """
+    k = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        with model.no_sync() if i < k - 1 else contextlib.nullcontext():
+            (F.cross_entropy(model(x), y) / k).backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= dist.get_world_size()
+""",
+    "wrong-manual-allreduce-summed": """
+    k = len(micro_batches)
+    with model.no_sync():
+        for x, y in micro_batches:
+            (F.cross_entropy(model(x), y) / k).backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+""",
     "valid-if-else-branches": """
     *first, (x_last, y_last) = micro_batches
     k = len(micro_batches)
@@ -320,9 +343,15 @@ NO_SYNC_CAUSES = {
     "wrong-forward-outside-no-sync": (r"all-reduce|forward", ()),
     "wrong-no-division": (r"gradient|times|mean", (r"all-reduce.*\d+ all-reduce\(s\).*not",)),
     "wrong-no-sync-around-all": (r"all-reduce|0 ", (r"0 of 0",)),
-    "wrong-divides-by-world-too": (r"gradient|mean", ()),
-    "wrong-zero-grad-each-micro-batch": (r"gradient|micro-batch", ()),
-    "wrong-manual-allreduce-per-parameter": (r"all-reduce", (r"gradient.*differ",)),
+    "wrong-divides-by-world-too": (r"1/2 of the mean.*world size", (r"forward",)),
+    "wrong-zero-grad-each-micro-batch": (r"only the last micro-batch.*zero_grad", ()),
+    "wrong-manual-allreduce-per-parameter": (
+        r"4 dist\.all_reduce \(one per parameter\)",
+        (r"gradient.*differ", r"never average"),
+    ),
+    "wrong-sync-first-micro-batch": (r"synchronising the first instead of the last", ()),
+    "wrong-extra-allreduce-after-ddp": (r"1 all-reduce\(s\) by DDP plus 4 dist\.all_reduce", ()),
+    "wrong-manual-allreduce-summed": (r"2x the mean.*dist\.all_reduce sums", ()),
 }
 NO_SYNC = [
     pytest.param(

@@ -213,51 +213,109 @@ def judge_parameters(launch: Launch, cfg: workload.Config, state: dict, atol: fl
 
 
 def judge_accumulation(ranks: list[dict], rtol: float) -> list[Part]:
-    """All-reduces per optimizer step, and the accumulated gradient on every rank."""
+    """All-reduces per optimizer step (DDP's and the learner's own collectives), and the
+    accumulated gradient on every rank against the full-batch mean and each known mistake."""
     for r in ranks:
         if r["exception"]:
             raise_learner_exception(r["exception"], f"on rank {ranks.index(r)}")
-    first = ranks[0]
-    k, per_sync = first["micro_batches"], first["per_sync"]
-    counts = [r["allreduces"] for r in ranks]
-    if counts[0] == per_sync:
-        comm = correct(
+    return [_count_part(ranks[0]), _gradient_part(ranks, rtol)]
+
+
+def _count_part(first: dict) -> Part:
+    k, per_sync, ddp = first["micro_batches"], first["per_sync"], first["allreduces"]
+    own = first.get("own_collectives") or {}
+    total = ddp + sum(own.values())
+    ddp_cause = {
+        per_sync: None,
+        k * per_sync: "every micro-batch was all-reduced: the forward AND backward of all "
+        "but the last micro-batch must run inside model.no_sync() (DDP decides at forward time)",
+        0: "nothing was all-reduced: the last micro-batch must run outside no_sync(), or "
+        "the ranks never average their gradients",
+    }.get(ddp, f"expected {per_sync} (one synchronised backward)")
+    if not own:
+        return correct(
             "all-reduces",
-            True,
-            f"{counts[0]} all-reduce(s) for {k} micro-batches: one synchronisation",
-            value=counts[0],
+            ddp_cause is None,
+            f"{ddp} all-reduce(s) for {k} micro-batches: " + (ddp_cause or "one synchronisation"),
+            value=ddp,
             threshold=per_sync,
+        )
+    calls = ", ".join(f"{n} dist.{name}" for name, n in sorted(own.items()))
+    if own == {"all_reduce": first.get("parameters")}:
+        calls += " (one per parameter)"
+    if ddp == per_sync:
+        cause = (
+            "DDP's synchronised backward had already averaged the gradients over the ranks, "
+            "so the all-reduces you added send every gradient a second time"
+        )
+    elif ddp == 0:
+        cause = (
+            "the gradients were all-reduced by hand; leave the last micro-batch outside no_sync() and DDP does "
+            f"it in {per_sync} bucketed all-reduce(s), overlapped with that backward"
         )
     else:
-        cause = {
-            k * per_sync: "every micro-batch was all-reduced: the forward AND backward of all "
-            "but the last micro-batch must run inside model.no_sync() (DDP decides at "
-            "forward time)",
-            0: "nothing was all-reduced: the last micro-batch must run outside no_sync(), or "
-            "the ranks never average their gradients",
-        }.get(counts[0], f"expected {per_sync} (one synchronised backward)")
-        comm = correct(
-            "all-reduces",
-            False,
-            f"{counts[0]} all-reduce(s) for {k} micro-batches: {cause}",
-            value=counts[0],
-            threshold=per_sync,
-        )
+        cause = f"DDP's count: {ddp_cause}"
+    return correct(
+        "all-reduces",
+        False,
+        f"{ddp} all-reduce(s) by DDP plus {calls} of your own for {k} micro-batches, {total} "
+        f"collectives in all; expected {per_sync}, DDP's alone: {cause}",
+        value=total,
+        threshold=per_sync,
+    )
+
+
+def _gradient_part(ranks: list[dict], rtol: float) -> Part:
+    first = ranks[0]
+    k, world = first["micro_batches"], len(ranks)
     worst = max(r["diff_full"] / r["scale"] for r in ranks)
     if worst <= rtol:
-        return [
-            comm,
-            correct(
-                "gradient",
-                True,
-                f"every rank holds the full-batch mean gradient (rel. error {worst:.1e})",
-            ),
-        ]
-    if all(r["diff_unscaled"] / r["scale"] <= rtol for r in ranks):
-        cause = f"{k}x the mean: divide each micro-batch's loss by {k}"
-    elif all(r["diff_local"] / r["scale"] <= rtol for r in ranks):
-        cause = "each rank kept the gradient of its own micro-batches: they were never averaged"
-    else:
-        cause = "neither the full-batch mean nor a known mistake"
+        return correct(
+            "gradient",
+            True,
+            f"every rank holds the full-batch mean gradient (rel. error {worst:.1e})",
+        )
+    # a mistake is named only when every rank's gradient equals what it leaves (probe.py)
+    known = [n for n in first.get("known", {}) if all(r["known"][n] <= rtol for r in ranks)]
+    own = "all_reduce" in (first.get("own_collectives") or {})
+    half = " (half)" if world == 2 else ""
+    causes = {
+        "unscaled": f"{k}x the mean: divide each micro-batch's loss by {k}",
+        "world_up": f"{world}x the mean, the sum over the {world} ranks: "
+        + (
+            "dist.all_reduce sums (ReduceOp.SUM is its default), so divide what it returns "
+            "by the world size"
+            if own
+            else "DDP already averages over the ranks, so do not scale by the world size"
+        ),
+        "world_down": f"1/{world} of the mean{half}: divided by the world size ({world}) on "
+        "top of DDP's averaging; DDP's all-reduce already averages over the ranks, so do "
+        "not divide the loss by world_size",
+        "local": "each rank kept the gradient of its own micro-batches: they were never averaged",
+        "last_only": "only the last micro-batch's gradient is left (averaged over the ranks, "
+        f"1/{k} of it): the gradients were cleared between micro-batches; zero_grad belongs "
+        "before the loop (once per optimizer step), not inside it",
+        "last_only_unscaled": "only the last micro-batch's gradient is left: the gradients "
+        "were cleared between micro-batches; zero_grad belongs before the loop (once per "
+        "optimizer step), not inside it",
+    }
+    differ = max(r.get("rank_diff", 0.0) for r in ranks)
+    for j in range(k - 1):
+        which = "the first" if j == 0 else f"micro-batch {j + 1} of {k}"
+        causes[f"sync_at_{j}"] = (
+            f"the ranks hold different gradients (rel. {differ:.2g} apart), each exactly "
+            f"what synchronising {which} "
+            "instead of the last leaves: DDP all-reduces what has accumulated up to its "
+            "synchronised backward, and the micro-batches after it stay on their own rank; "
+            "the last micro-batch must be the one outside no_sync()"
+        )
+    cause = next((causes[n] for n in known if n in causes), None)
+    if cause is None:
+        cause = "neither the full-batch mean nor a known mistake" + (
+            f"; the ranks' gradients differ from each other (rel. {differ:.2g}): not all of "
+            "it was averaged over the ranks"
+            if differ > rtol
+            else ""
+        )
     msg = f"rel. error {worst:.2g} from the full-batch mean gradient (> {rtol:.0e}): {cause}"
-    return [comm, correct("gradient", False, msg, value=worst, threshold=rtol)]
+    return correct("gradient", False, msg, value=worst, threshold=rtol)
