@@ -13,6 +13,7 @@ from check_helpers import fails, failure, not_attempted, status_of
 import course_utils as cu
 from course_utils import mode
 from course_utils.lessons import batch_size as lesson
+from course_utils.lessons.batch_size import lr_check
 
 
 @pytest.fixture(autouse=True)
@@ -365,7 +366,7 @@ def test_lr_scaling_passes_lambda_lr_and_linear_lr_warm_ups(answer):
         (schedule_sqrt, "sqrt"),
         (schedule_no_warmup, "no warm-up"),
         (schedule_from_zero, "below the base LR"),
-        (schedule_one_step_early, "exactly at step"),
+        (schedule_one_step_early, "one step early"),
     ],
 )
 def test_lr_scaling_fails_integer_division_sqrt_no_warmup_zero_start_and_off_by_one(wrong, cause):
@@ -401,7 +402,7 @@ def test_lr_scaling_names_the_faults_of_the_colleagues_schedule_as_given():
     [
         (dict(floor=True), "integer division"),
         (dict(from_zero=True), "below the base LR"),
-        (dict(early=True), "exactly at step"),
+        (dict(early=True), "one step early"),
         (dict(from_zero=True, early=True), "below the base LR"),
     ],
 )
@@ -412,6 +413,98 @@ def test_lr_scaling_names_each_fault_a_partial_fix_of_the_colleague_leaves(left,
 
 def test_lr_scaling_passes_the_colleagues_schedule_with_its_three_faults_fixed():
     assert status_of(lesson.check_lr_schedule, _colleague_fixed()) == "passed"
+
+
+def schedule_first_group_only(optimizer, batch_size, warmup_steps, base_batch=256):
+    k = batch_size / base_batch
+    optimizer.param_groups[0]["lr"] *= k
+    return torch.optim.lr_scheduler.LinearLR(optimizer, 1 / k, 1.0, total_iters=warmup_steps)
+
+
+class _FirstGroupsLR(torch.optim.lr_scheduler.LRScheduler):
+    """Every group gets the first group's scheduled LR."""
+
+    def __init__(self, optimizer, k, warmup_steps):
+        self.k, self.w = k, warmup_steps
+        super().__init__(optimizer)
+
+    def get_lr(self):
+        f = 1 + (self.k - 1) * min(self.last_epoch, self.w) / self.w
+        return [self.base_lrs[0] * f for _ in self.base_lrs]
+
+
+def schedule_unscaled_linear_lr(optimizer, batch_size, warmup_steps, base_batch=256):
+    k = batch_size / base_batch  # the LR never multiplied by k: the peak is the base LR
+    return torch.optim.lr_scheduler.LinearLR(optimizer, 1 / k, 1.0, total_iters=warmup_steps)
+
+
+@pytest.mark.parametrize(
+    "wrong, cause, not_cause",
+    [
+        (schedule_first_group_only, "only param group 0 follows both rules", "integer"),
+        (
+            lambda o, b, w, base=256: _FirstGroupsLR(o, b / base, w),
+            "param group 1 gets param group 0's LR",
+            "integer",
+        ),
+        (schedule_unscaled_linear_lr, "not scaled by k", "integer division"),
+        (
+            _lambda_schedule(lambda t, b, base, w: 1 + (b / base - 1) * min(max(t - 1, 0), w) / w),
+            "one step late",
+            "early",
+        ),
+        (
+            _lambda_schedule(lambda t, b, base, w: 1 + (b / 256 - 1) * min(t, w) / w),
+            "not from the base_batch argument (160 / 256 = 0.625",
+            "after the warm-up",  # its first wrong step is inside the warm-up
+        ),
+        (
+            _lambda_schedule(lambda t, b, base, w: (b / base) ** (min(t, w) / w)),
+            "geometrically",
+            "integer",
+        ),
+        (
+            _lambda_schedule(lambda t, b, base, w: 1 + (b // base - 1) * min(max(t - 1, 0), w) / w),
+            "integer division (384 // 256 = 1",
+            "early",
+        ),
+    ],
+)
+def test_lr_scaling_names_a_fault_only_when_it_reproduces_every_lr_of_every_group(
+    wrong, cause, not_cause
+):
+    exc = failure(lesson.check_lr_schedule, wrong)
+    assert exc.status == "failed" and cause in exc.summary, exc.summary
+    assert not_cause not in exc.summary, exc.summary
+
+
+def test_lr_scaling_says_what_it_measured_when_no_fault_reproduces_the_lrs():
+    def decays(t, b, base, w):
+        k = b / base
+        return 1 + (k - 1) * t / w if t < w else k * 0.999 ** (t - w)
+
+    exc = failure(lesson.check_lr_schedule, _lambda_schedule(decays))
+    assert "no known fault" in exc.summary and "after the warm-up (steps 5-304)" in exc.summary
+    assert "step 6 (after the warm-up)" in exc.summary
+
+
+def test_lr_scaling_tells_every_variant_of_the_rules_apart_on_its_cases():
+    """Each variant's LRs are named as that variant, or as one with fewer faults that gives
+    the very same LRs (an unscaled peak with any ramp is a flat base LR): never as another
+    variant with as many faults."""
+    for v in lr_check.VARIANTS:
+        traces = [
+            [[lr * f for f in lr_check._factors(v, c)] for lr in case[0]]
+            for c, case in enumerate(lr_check.LR_CASES)
+        ]
+        found = lr_check.variant_of(traces, 0)
+        assert found is not None and (found == v or found.faults < v.faults), (v, found)
+
+
+def test_lr_per_step_gives_one_list_per_param_group_for_a_sequence_of_lrs():
+    one = lesson.lr_per_step(lesson.reference_lr_schedule, 0.1, 384, 4, 6)
+    two = lesson.lr_per_step(lesson.reference_lr_schedule, (0.1, 0.02), 384, 4, 6)
+    assert one == pytest.approx(two[0]) and [x / 5 for x in one] == pytest.approx(two[1])
 
 
 def test_lr_scaling_reports_a_list_instead_of_a_scheduler_as_an_error():

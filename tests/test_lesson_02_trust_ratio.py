@@ -10,7 +10,7 @@ import torch
 from check_helpers import failure, status_of
 
 from course_utils.lessons import batch_size as lesson
-from course_utils.lessons.batch_size import colleagues, lars_specimen, selftest
+from course_utils.lessons.batch_size import colleagues, lars_check, lars_specimen, selftest
 
 
 class LearnerLARS(torch.optim.Optimizer):
@@ -19,6 +19,7 @@ class LearnerLARS(torch.optim.Optimizer):
 
     global_norm = wd_denominator_missing = adapt_biases = zero_ratio = no_eps = False
     clip = guard_weight_only = False
+    guard_zero = wd_after_ratio = ratio_1d = invert_exclusion = False
     from_defaults: tuple[str, ...] = ()  # settings read from self.defaults, not the group
 
     def __init__(self, params, lr, momentum=0.9, weight_decay=0.0, trust_coef=0.001, eps=1e-8):
@@ -39,7 +40,7 @@ class LearnerLARS(torch.optim.Optimizer):
                 if p.grad is None:
                     continue
                 d, ratio = p.grad, 1.0
-                if p.ndim > 1 or self.adapt_biases:
+                if ((p.ndim > 1) != self.invert_exclusion) or self.adapt_biases:
                     if self.global_norm:
                         w_norm, g_norm = w_all, g_all
                     else:
@@ -50,8 +51,13 @@ class LearnerLARS(torch.optim.Optimizer):
                         ratio = ratio.clamp(max=1.0)
                     guard_g = not (self.no_eps or self.guard_weight_only)
                     if not self.zero_ratio and (w_norm == 0 or (g_norm == 0 and guard_g)):
-                        ratio = 1.0
-                    d = d + wd * p
+                        ratio = 0.0 if self.guard_zero else 1.0
+                    if self.wd_after_ratio:  # d = ratio g + wd w
+                        d, ratio = ratio * d + wd * p, 1.0
+                    else:
+                        d = d + wd * p
+                elif self.ratio_1d:  # no weight decay on 1-D tensors, but a trust ratio
+                    ratio = eta * p.norm() / (p.grad.norm() + eps)
                 buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
                 buf.mul_(s["momentum"]).add_(ratio * d)
                 p.add_(buf, alpha=-lr)
@@ -145,6 +151,10 @@ def test_trust_ratio_passes_the_notebook_answer_and_timms_order(answer):
         (mistake(guard_weight_only=True), "with weight decay", "only where |w| = 0"),
         (LRInsideTheBuffer, "|w| = 40", "torch.optim.SGD's convention"),
         (mistake(clip=True), "|w| = 40", "clipped at 1"),
+        (mistake(guard_zero=True), "zero-initialised", "ratio 0, not 1, for a zero norm"),
+        (mistake(wd_after_ratio=True), "|w| = 40", "d = ratio g + wd w"),
+        (mistake(ratio_1d=True), "bias (1-D)", "a trust ratio applied to biases and BatchNorm"),
+        (mistake(invert_exclusion=True), "|w| = 40", "the exclusion inverted"),
         (NotInPlace, "|w| = 40", "in place"),
     ],
 )
@@ -166,6 +176,18 @@ def test_trust_ratio_names_two_mistakes_together_and_no_cause_for_three():
     three = mistake(global_norm=True, adapt_biases=True, wd_denominator_missing=True)
     exc = failure(lesson.check_trust_ratio, three)
     assert "no single known mistake" in exc.summary
+
+
+def test_trust_ratio_names_what_sets_of_mistakes_that_move_the_specimen_alike_share():
+    """With no weight decay in the direction, the layer without gradient never moves, so
+    whatever ratio it gets is hidden: the check names the shared mistake and the candidates."""
+    got = lars_specimen.simulate(frozenset({"guard_grad_only", "no_wd_direction"}))
+    found = lars_specimen.explain(got)
+    assert len(found) > 1 and frozenset({"guard_grad_only", "no_wd_direction"}) in found
+    assert all("no_wd_direction" in f for f in found)
+    said = lars_check._cause(got, frozenset())
+    assert lars_specimen.MISTAKES["no_wd_direction"] in said and "one of these" in said
+    assert lars_specimen.MISTAKES["guard_grad_only"] in said
 
 
 def test_trust_ratio_names_settings_that_a_probe_finds_read_from_the_defaults():

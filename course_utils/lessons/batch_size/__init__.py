@@ -7,7 +7,6 @@ from ...measure import knee, steady_cpu
 from .checks import (
     THRESHOLDS,
     check_largest_batch,
-    check_lr_schedule,
     check_noise_scale,
     check_throughput_sweep,
 )
@@ -34,6 +33,7 @@ from .lars_demo import (
     race_target,
     race_verdict,
 )
+from .lr_check import check_lr_schedule
 from .reference import (
     reference_largest_batch,
     reference_lr_schedule,

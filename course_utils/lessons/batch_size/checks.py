@@ -1,6 +1,6 @@
 """Lesson 02's checks. Each grades behaviour against a quantity the scenario fixes: samples/s
-of steps whose cost is known, the batch that fits a device of known size, the LR per step,
-and the noise scale of a problem with a closed form."""
+of steps whose cost is known, the batch that fits a device of known size, and the noise scale
+of a problem with a closed form. The LR per step is graded in lr_check.py, LARS in lars_check.py."""
 
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ from ... import device as device_module
 from ...checks import Threshold, at_most, check, correct, retry_measure
 from ...errors import ReferenceUsed
 from ...measure import Throughput, steady_cpu
-from .demo import MiB, SimulatedMemory, known_cost_steps, lr_per_step, simulated_steps
-from .reference import reference_lr_schedule
+from .demo import MiB, SimulatedMemory, known_cost_steps, simulated_steps
 from .regression import NoisyRegression
 
 THRESHOLDS = {
@@ -260,64 +259,6 @@ def _why_probe(name: str, case: tuple, candidates: list[int], got, want) -> str:
             "were still referenced while the next was built; drop them first)"
         )
     return ""
-
-
-# --- exercise 3: linear scaling with warm-up ----------------------------------------------------
-
-# (base LR, batch, warm-up steps, base batch): k = 4, 1.5 and 2.5, so that integer division shows
-LR_CASES = [(0.1, 1024, 5, 256), (0.05, 384, 10, 256), (0.2, 160, 4, 64)]
-# steps compared after the warm-up, for "then hold it": a cosine decay over 1000 steps moves
-# the LR by 6e-5 in 5 steps (within rel_tol), by 21% in 300; one over 10,000 steps by 0.2%
-LR_STEPS_AFTER = 300
-
-
-@check(
-    "02-lr-scaling",
-    points=2,
-    hint="Print lesson.lr_per_step(your_schedule, 0.1, b, 10, 14) for a few batches and read it "
-    "against section 5's two rules: the LR at step 0, the peak for a batch that is not a whole "
-    "number of base batches, and the step at which the peak is first reached.",
-)
-def check_lr_schedule(make_schedule: Callable) -> list:
-    parts = []
-    for base_lr, batch, warmup, base_batch in LR_CASES:
-        steps = warmup + LR_STEPS_AFTER
-        got = lr_per_step(make_schedule, base_lr, batch, warmup, steps, base_batch)
-        want = lr_per_step(reference_lr_schedule, base_lr, batch, warmup, steps, base_batch)
-        bad = next(
-            (t for t in range(steps) if not math.isclose(got[t], want[t], rel_tol=1e-4)), None
-        )
-        what = f"B={batch}, base LR {base_lr} at {base_batch}, {warmup} warm-up steps"
-        if bad is None:
-            parts.append(correct(what, True, f"LR per step {_fmt(got)} as expected"))
-            continue
-        why = _why_lr(got, base_lr, batch, base_batch, warmup)
-        msg = f"step {bad}: LR {got[bad]:.4g}, expected {want[bad]:.4g}{why}; yours {_fmt(got)}"
-        parts.append(correct(what, False, msg))
-    return parts
-
-
-def _why_lr(got: list[float], base_lr: float, batch: int, base_batch: int, warmup: int) -> str:
-    k = batch / base_batch
-    peak, end = base_lr * k, got[-1]
-    if math.isclose(end, base_lr * (batch // base_batch), rel_tol=1e-3) and batch % base_batch:
-        return f" (the peak is base LR x {batch // base_batch}: integer division; {batch}/{base_batch} = {k:g})"
-    if math.isclose(end, base_lr * math.sqrt(k), rel_tol=1e-3):
-        return " (sqrt scaling: the linear rule multiplies by B/base_batch)"
-    if math.isclose(got[0], peak, rel_tol=1e-3):
-        return " (step 0 is already at the peak: no warm-up)"
-    if got[0] < base_lr * (1 - 1e-3):
-        return " (warm-up starts below the base LR: Goyal et al. start at the base LR)"
-    if not math.isclose(end, peak, rel_tol=1e-3):
-        return f" (after warm-up the LR should stay at base LR x {k:g} = {peak:.4g})"
-    return f" (the ramp should be linear and reach the peak exactly at step {warmup})"
-
-
-def _fmt(lrs: list[float], head: int = 12) -> str:
-    shown = [f"{v:.3g}" for v in lrs[:head]]
-    if len(lrs) > head:
-        shown += [f"... ({len(lrs)} steps)", f"{lrs[-1]:.3g}"]
-    return "[" + ", ".join(shown) + "]"
 
 
 # --- exercise 4: gradient noise scale --------------------------------------------------------------

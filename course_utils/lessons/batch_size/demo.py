@@ -225,24 +225,29 @@ def _cuda_peak(make_step: Callable, b: int, device: torch.device) -> tuple[int, 
 
 def lr_per_step(
     make_schedule: Callable,
-    base_lr: float,
+    base_lr: float | Sequence[float],
     batch_size: int,
     warmup_steps: int,
     steps: int,
     base_batch: int = 256,
-) -> list[float]:
-    """The LR the optimizer uses at each of `steps` steps, the scheduler stepped per batch."""
-    param = torch.zeros(1, requires_grad=True)
-    optimizer = torch.optim.SGD([param], lr=base_lr)
+) -> list:
+    """The LR the optimizer uses at each of `steps` steps, the scheduler stepped per batch.
+    `base_lr` a number: one param group, one list; a sequence of numbers: one param group per
+    number (each its own initial LR), one list per group."""
+    many = isinstance(base_lr, Sequence)
+    lrs = [float(x) for x in base_lr] if many else [float(base_lr)]
+    groups = [{"params": [torch.zeros(1, requires_grad=True)], "lr": lr} for lr in lrs]
+    optimizer = torch.optim.SGD(groups, lr=lrs[0])
     scheduler = make_schedule(optimizer, batch_size, warmup_steps, base_batch)
     if not isinstance(scheduler, torch.optim.lr_scheduler.LRScheduler):
         raise TypeError(
             "expected a torch.optim.lr_scheduler scheduler (e.g. LambdaLR), "
             f"got {type(scheduler).__name__}"
         )
-    lrs = []
+    out: list[list[float]] = [[] for _ in lrs]
     for _ in range(steps):
-        lrs.append(optimizer.param_groups[0]["lr"])
+        for row, group in zip(out, optimizer.param_groups, strict=True):
+            row.append(float(group["lr"]))
         optimizer.step()
         scheduler.step()
-    return lrs
+    return out if many else out[0]

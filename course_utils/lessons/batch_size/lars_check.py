@@ -112,5 +112,10 @@ def _cause(got, from_defaults: frozenset[str]) -> str:
             " (no single known mistake, nor any two, reproduces your updates: compare your step "
             "with section 6's description of LARS, one kind of tensor at a time)"
         )
-    named = [spec.MISTAKES[m] for m in sorted(found)] + ([read] if read else [])
+    shared = frozenset.intersection(*found)
+    named = [spec.MISTAKES[m] for m in sorted(shared)]
+    if len(found) > 1:  # several sets move the specimen identically: name what they share
+        either = [" and ".join(spec.MISTAKES[m] for m in sorted(f - shared)) for f in found]
+        named.append("one of these, which move this specimen identically: " + "; or ".join(either))
+    named += [read] if read else []
     return " (your updates are exactly LARS's with " + "; and ".join(named) + ")"

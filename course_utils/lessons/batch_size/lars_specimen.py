@@ -95,7 +95,10 @@ MISTAKES = {
     "decay_1d": "weight decay applied to biases and BatchNorm parameters (they get none)",
     "no_wd_denominator": "weight decay missing from the ratio's denominator |g| + wd |w|",
     "no_wd_direction": "weight decay missing from the update direction g + wd w",
-    "wd_after_ratio": "weight decay added after the trust ratio (the ratio scales g + wd w)",
+    "wd_after_ratio": "weight decay added after the trust ratio, d = ratio g + wd w (the ratio "
+    "scales the whole direction, ratio (g + wd w))",
+    "wd_after_momentum": "weight decay added to the step outside the momentum buffer, after the "
+    "trust ratio (the ratio scales g + wd w, and the buffer holds it)",
     "no_weight_norm": "the weight norm |w| missing from the numerator (the ratio is "
     "eta |w| / (|g| + wd |w|))",
     "no_trust_coef": "the trust coefficient eta left out",
@@ -108,6 +111,14 @@ MISTAKES = {
     "layer gets ratio 0 and never moves",
     "no_eps": "neither eps nor ratio 1 for a zero gradient: a layer without gradient divides "
     "by zero and its weights become NaN (add eps to the denominator, or give it ratio 1)",
+    "guard_zero": "ratio 0, not 1, for a zero norm: a tensor whose weight norm or gradient norm "
+    "is 0 never moves: a zero-initialised layer stays at zero, and a layer without gradient "
+    "never takes its weight decay",
+    "ratio_1d": "a trust ratio applied to biases and BatchNorm parameters, though without "
+    "weight decay (1-D tensors take ratio 1: plain momentum-SGD steps)",
+    "inverted_exclusion": "the exclusion inverted: weight matrices and kernels take plain "
+    "momentum-SGD steps, while the biases and BatchNorm parameters (1-D tensors) get the trust "
+    "ratio and weight decay",
     "guard_weight_only": "ratio 1 given only where |w| = 0, not where |g| = 0: a weight without "
     "gradient gets eta |w| / (wd |w| + eps) and its weight decay is scaled by that",
     "first_group": "the first param group's settings used for every group",
@@ -132,50 +143,66 @@ def simulate(
     out = []
     for t, grads in enumerate(gradients()):
         settings = [_settings(la.group, t, mistakes, from_defaults) for la in LAYERS]
+        every = None  # the norms of all tensors at once, under global_norm
         if "global_norm" in mistakes:
-            w_all = torch.cat([w.flatten() for w in ws]).norm()
-            g_all = torch.cat([g.flatten() for g in grads]).norm()
+            every = (
+                torch.cat([w.flatten() for w in ws]).norm(),
+                torch.cat([g.flatten() for g in grads]).norm(),
+            )
         new = []
         for i, (w, g, s) in enumerate(zip(ws, grads, settings, strict=True)):
-            wd, eta, eps = s["weight_decay"], s["trust_coef"], s["eps"]
-            one_d = w.ndim == 1 and "adapt_1d" not in mistakes
+            wd = s["weight_decay"]
+            adapted = (w.ndim > 1) != ("inverted_exclusion" in mistakes)
+            one_d = not (adapted or "adapt_1d" in mistakes)
             if one_d:
                 d = g + wd * w if "decay_1d" in mistakes else g
                 ratio = torch.tensor(1.0)
+                if "ratio_1d" in mistakes:  # no weight decay, so none in the ratio either
+                    ratio = _ratio(w, g, 0.0, s, mistakes, every)
             else:
-                wn, gn = (w_all, g_all) if "global_norm" in mistakes else (w.norm(), g.norm())
-                den = gn + (0 if "no_wd_denominator" in mistakes else wd * wn)
-                den = den + (0 if "no_eps" in mistakes else eps)
-                num = (1.0 if "no_trust_coef" in mistakes else eta) * (
-                    1.0 if "no_weight_norm" in mistakes else wn
-                )
-                ratio = num / den if "no_eps" in mistakes else num / den.clamp_min(1e-38)
-                if "clip_ratio" in mistakes:
-                    ratio = torch.clamp(ratio, max=1.0)
-                guard_w = "guard_grad_only" not in mistakes
-                guard_g = not mistakes & {"no_eps", "guard_weight_only"}
-                zero = (wn == 0 and guard_w) or (gn == 0 and guard_g)
-                if zero and "zero_ratio" not in mistakes:
-                    ratio = torch.tensor(1.0)
-                d = (
-                    g
-                    if "no_wd_direction" in mistakes or "wd_after_ratio" in mistakes
-                    else g + wd * w
-                )
+                ratio = _ratio(w, g, wd, s, mistakes, every)
+                later = {"no_wd_direction", "wd_after_ratio", "wd_after_momentum"}
+                d = g if mistakes & later else g + wd * w
             mom = 0.0 if "no_momentum" in mistakes else s["momentum"]
             inside, outside = (s["lr"], 1.0) if "lr_in_buffer" in mistakes else (1.0, s["lr"])
+            late = 0.0 if one_d else wd * w  # weight decay added after the ratio
             if "ratio_after_momentum" in mistakes:
                 bufs[i] = mom * bufs[i] + inside * d
                 step = ratio * bufs[i]
             else:
-                bufs[i] = mom * bufs[i] + inside * ratio * d
+                added = late if "wd_after_ratio" in mistakes else 0.0
+                bufs[i] = mom * bufs[i] + inside * (ratio * d + added)
                 step = bufs[i]
-            if "wd_after_ratio" in mistakes and not one_d:
-                step = step + inside * wd * w
+            if "wd_after_momentum" in mistakes:
+                step = step + inside * late
             new.append(w if "not_in_place" in mistakes else w - outside * step)
         ws = new
         out.append([w.clone() for w in ws])
     return out
+
+
+def _ratio(
+    w: torch.Tensor, g: torch.Tensor, wd: float, s: dict, mistakes: frozenset[str], every
+) -> torch.Tensor:
+    """A tensor's trust ratio under `mistakes`, weight decay `wd` in its denominator; `every`:
+    the norms of all tensors at once (global_norm), else None."""
+    wn, gn = every if every is not None else (w.norm(), g.norm())
+    den = gn + (0 if "no_wd_denominator" in mistakes else wd * wn)
+    den = den + (0 if "no_eps" in mistakes else s["eps"])
+    num = (1.0 if "no_trust_coef" in mistakes else s["trust_coef"]) * (
+        1.0 if "no_weight_norm" in mistakes else wn
+    )
+    ratio = num / den if "no_eps" in mistakes else num / den.clamp_min(1e-38)
+    if "clip_ratio" in mistakes:
+        ratio = torch.clamp(ratio, max=1.0)
+    guard_w = "guard_grad_only" not in mistakes
+    guard_g = not mistakes & {"no_eps", "guard_weight_only"}
+    if (wn == 0 and guard_w) or (gn == 0 and guard_g):
+        if "guard_zero" in mistakes:
+            return torch.tensor(0.0)
+        if "zero_ratio" not in mistakes:
+            return torch.tensor(1.0)
+    return ratio
 
 
 def _settings(group: int, t: int, mistakes: frozenset[str], from_defaults: frozenset[str]) -> dict:
@@ -199,23 +226,35 @@ def close(got: torch.Tensor, want: torch.Tensor, start: torch.Tensor) -> bool:
 
 def explain(
     got: list[list[torch.Tensor]], from_defaults: frozenset[str] = frozenset()
-) -> frozenset[str] | None:
-    """The smallest set of at most two mistakes whose updates reproduce `got` on every layer
+) -> list[frozenset[str]] | None:
+    """Every smallest set of at most two mistakes whose updates reproduce `got` on every layer
     and step, the settings in `from_defaults` (found by the check's probe) read from DEFAULTS,
     or None: only a set that reproduces everything is named as the cause. With settings read
-    from the defaults, the empty set (that alone) is tried first."""
-    singles = [frozenset([m]) for m in MISTAKES]
-    pairs = [frozenset(p) for p in itertools.combinations(MISTAKES, 2)]
+    from the defaults, the empty set (that alone) is tried first. Two sets of one size can move
+    the specimen identically (a layer that never moves hides its ratio): all are returned."""
     start = initial_weights()
-    for mistakes in ([frozenset()] if from_defaults else []) + singles + pairs:
-        want = simulate(mistakes, from_defaults)
-        if all(
-            _same(g, w, s)
-            for step_g, step_w in zip(got, want, strict=True)
-            for g, w, s in zip(step_g, step_w, start, strict=True)
-        ):
-            return mistakes
+    sizes = ([[frozenset()]] if from_defaults else []) + [
+        [frozenset(c) for c in itertools.combinations(MISTAKES, n)] for n in (1, 2)
+    ]
+    for candidates in sizes:
+        found = [
+            mistakes
+            for mistakes in candidates
+            if all(
+                _same(g, w, s)
+                for step_g, step_w in zip(got, _replay(mistakes, from_defaults), strict=True)
+                for g, w, s in zip(step_g, step_w, start, strict=True)
+            )
+        ]
+        if found:
+            return found
     return None
+
+
+@functools.cache
+def _replay(mistakes: frozenset[str], from_defaults: frozenset[str]) -> list:
+    """simulate, kept: a check that names no cause replays every set of mistakes (~250)."""
+    return simulate(mistakes, from_defaults)
 
 
 def _same(got: torch.Tensor, want: torch.Tensor, start: torch.Tensor) -> bool:
