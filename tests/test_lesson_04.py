@@ -19,7 +19,7 @@ from torch import nn
 
 from course_utils import authoring
 from course_utils.lessons import mixed_precision as lesson
-from course_utils.lessons.mixed_precision import checks, demo
+from course_utils.lessons.mixed_precision import checks, demo, scenarios
 
 # --- exercise 1: loss scaling by hand --------------------------------------------------------
 
@@ -178,6 +178,66 @@ def test_amp_step_scenarios_pass_valid_alternatives(answer):
     assert all(p.status == "passed" for p in parts[:3]), [p.message for p in parts[:3]]
 
 
+@pytest.mark.usefixtures("tiny_speed_workload")
+def test_a_scaler_on_bf16_is_unneeded_but_passes_with_a_note():
+    """bf16 gradients scaled by 2**16 and unscaled before the clip train exactly as float32:
+    behaviour is graded, so the part passes, and says the scaler is not needed."""
+    parts = {p.name: p for p in checks.check_amp_step.__wrapped__(amp_step(scaler_for_bf16=True))}
+    assert parts["bf16"].status == "passed"
+    assert "does not need" in parts["bf16"].message
+
+
+def steps_with(mistake):
+    """The right AMP step with one of the mistakes whose cause a probe must confirm."""
+
+    def make(model, loss_fn, optimizer, device, dtype, max_norm):
+        scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+
+        def step(x, y):
+            with torch.autocast(device.type, dtype=dtype):
+                loss = loss_fn(model(x), y)
+            scaler.scale(loss).backward()
+            if mistake == "by-hand":  # divides itself, then scaler.step divides again
+                for p in model.parameters():
+                    p.grad.mul_(1.0 / scaler.get_scale())
+            else:
+                scaler.unscale_(optimizer)
+            nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            if mistake == "update-first":
+                scaler.update()
+            if mistake == "optimizer-step":
+                optimizer.step()
+            else:
+                scaler.step(optimizer)
+            if mistake != "update-first":
+                scaler.update()
+            if mistake != "no-zero-grad":
+                optimizer.zero_grad(set_to_none=True)
+            return loss.detach()
+
+        return step
+
+    return make
+
+
+@pytest.mark.usefixtures("tiny_speed_workload")
+@pytest.mark.parametrize(
+    ("mistake", "scenario", "cause"),
+    [
+        ("by-hand", "fp16, large gradients", "already divided by the scale"),
+        ("update-first", "fp16, large gradients", "update() ran before scaler.step"),
+        ("optimizer-step", "fp16, large gradients", "not through scaler.step(optimizer)"),
+        ("no-zero-grad", "fp16, large gradients", "still held the previous step's gradients"),
+    ],
+)
+def test_amp_step_names_a_cause_only_where_a_probe_confirmed_it(mistake, scenario, cause):
+    parts = {p.name: p for p in checks.check_amp_step.__wrapped__(steps_with(mistake))}
+    assert parts[scenario].status == "failed"
+    assert cause in parts[scenario].message, parts[scenario].message
+    if mistake in ("by-hand", "update-first", "optimizer-step"):  # they do not clip early
+        assert "clipped them while" not in parts[scenario].message
+
+
 def scaler_per_step(model, loss_fn, optimizer, device, dtype, max_norm):
     """A fresh GradScaler in every step: its scale never backs off from 2**16."""
 
@@ -200,16 +260,15 @@ def scaler_per_step(model, loss_fn, optimizer, device, dtype, max_norm):
 @pytest.mark.parametrize(
     ("answer", "scenario", "cause"),
     [
-        (amp_step(order="clip-scaled"), "fp16, small gradients", "unscale_(optimizer) before"),
+        (amp_step(order="clip-scaled"), "fp16, small gradients", "unscale_(optimizer) must come"),
         (amp_step(order="clip-after-step"), "fp16, large gradients", "clipping did not act"),
-        (scaler_per_step, "fp16, large gradients", "scaler.update()"),
+        (scaler_per_step, "fp16, large gradients", "a new GradScaler was made in each"),
         (amp_step(backward_in_autocast=True), "fp16, large gradients", "backward ran inside"),
-        (amp_step(scaler_for_bf16=True), "bf16", "no GradScaler"),
-        (amp_step(fp16_scaler=False), "fp16, small gradients", "without a GradScaler"),
+        (amp_step(fp16_scaler=False), "fp16, small gradients", "the loss was not scaled"),
         (amp_step(forward_in_autocast=False), "bf16", "not bfloat16"),
     ],
     ids=["clip-scaled", "clip-after-step", "scaler-never-backs-off", "backward-in-autocast",
-         "bf16-scaler", "fp16-no-scaler", "forward-fp32"],
+         "fp16-no-scaler", "forward-fp32"],
 )  # fmt: skip
 def test_amp_step_scenarios_fail_mistakes_naming_the_cause(answer, scenario, cause):
     parts = {p.name: p for p in checks.check_amp_step.__wrapped__(answer)}
@@ -220,8 +279,8 @@ def test_amp_step_scenarios_fail_mistakes_naming_the_cause(answer, scenario, cau
 @pytest.mark.usefixtures("tiny_speed_workload")
 def test_amp_step_check_fails_a_wrong_order_and_errors_on_a_missing_update():
     assert fails(lesson.check_amp_step, amp_step(order="clip-scaled")) == "failed"
-    exc = failure(lesson.check_amp_step, amp_step(order="no-update"))
-    assert exc.status == "error" and "update()" in exc.summary  # torch refuses a 2nd step()
+    exc = failure(lesson.check_amp_step, amp_step(order="no-update"))  # torch refuses step 2
+    assert exc.status == "failed" and "scaler.update() was never called" in exc.summary
 
 
 def test_amp_step_check_reports_not_attempted_and_refuses_the_reference():
@@ -320,7 +379,7 @@ def test_symptom_table_shows_the_colleagues_symptoms_without_naming_a_cause():
     table = lesson.symptom_table(colleagues_step())
     rows = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in table.splitlines()[2:]}
     assert [c.strip() for c in rows["autocast on in backward"]] == ["True"] * 3
-    assert rows["steps skipped"][0].strip() == f"{checks.STEPS}/{checks.STEPS}"
+    assert rows["steps skipped"][0].strip() == f"{scenarios.STEPS}/{scenarios.STEPS}"
     assert "unscale" not in table and "GradScaler" not in table  # measurements, no causes
 
 
@@ -330,12 +389,12 @@ def test_symptom_table_shows_the_colleagues_symptoms_without_naming_a_cause():
     [
         ((), "bf16", "backward ran inside autocast"),
         pytest.param(
-            ("backward",), "fp16, large gradients", "created once, outside", marks=FULL_ONLY
+            ("backward",), "fp16, large gradients", "one GradScaler, outside", marks=FULL_ONLY
         ),
         pytest.param(
             ("backward", "scaler-once"),
             "fp16, small gradients",
-            "unscale_(optimizer) before",
+            "unscale_(optimizer) must come",
             marks=FULL_ONLY,
         ),
     ],
@@ -375,6 +434,21 @@ def rescaled(q, k):
         return (q.float() @ k.float().T / q.shape[-1] ** 0.5).softmax(-1)
 
 
+def bf16_island(q, k):
+    with torch.autocast(q.device.type, enabled=False):
+        return (q.bfloat16() @ k.bfloat16().T).softmax(-1)
+
+
+def back_to_half(q, k):
+    with torch.autocast(q.device.type, enabled=False):
+        return (q.double() @ k.double().T).to(q.dtype).softmax(-1)
+
+
+def cuda_island_on_cpu(q, k):
+    with torch.autocast("cuda", enabled=False):
+        return (q.float() @ k.float().T).softmax(-1)
+
+
 @pytest.mark.parametrize(
     "answer", [lesson.reference_stable_scores, island_einsum, elementwise_in_fp32]
 )
@@ -385,17 +459,30 @@ def test_fp32_island_check_passes_the_reference_and_valid_alternatives(answer):
 @pytest.mark.parametrize(
     ("answer", "cause"),
     [
-        (lesson.naive_scores, "came out in float16"),
-        (only_floated, "even after .float()"),
-        (only_disabled, "autocast hands you float16"),
-        (rescaled, "not softmax(q @ k.T)"),
+        (lesson.naive_scores, "only given float32 q and k AND with autocast off"),
+        (only_floated, "Switch autocast off"),
+        (only_disabled, "Cast q and k to float32"),
+        (rescaled, "not softmax(q @ k.T"),
+        (bf16_island, "it turns to 16 bits itself"),
+        (back_to_half, "went back to 16 bits before the softmax"),
+        (cuda_island_on_cpu, "Switch autocast off for q.device.type"),
     ],
-    ids=["unchanged", "float-only", "disabled-only", "changed-function"],
+    ids=[
+        "unchanged",
+        "float-only",
+        "disabled-only",
+        "changed-function",
+        "bf16-island",
+        "scores-back-to-half",
+        "other-device-island",
+    ],  # fmt: skip
 )
 def test_fp32_island_check_fails_mistakes_naming_the_cause(answer, cause):
     exc = failure(lesson.check_fp32_island, answer)
     assert exc.status == "failed"
     assert cause in exc.summary
+    if answer is not rescaled:  # each keeps softmax(q @ k.T): only the precision is wrong
+        assert "not softmax" not in exc.summary
 
 
 def test_fp32_island_check_reports_not_attempted_and_refuses_the_reference():

@@ -220,22 +220,29 @@ def test_max_norm_stub_and_reference_delegation():
 # --- exercise 4: AMP --------------------------------------------------------------------------
 
 
-def amp_step(unscale=True, scaler_step=True, item=False, update=True, unscale_after=False):
+def amp_step(unscale=True, scaler_step=True, item=False, update=True, unscale_after=False,
+             by_hand=False, update_first=False, zero_grad=True, dtype=torch.bfloat16):  # fmt: skip
     def step(model, loss_fn, x, y, optimizer, scaler, max_norm):
-        optimizer.zero_grad()
-        with torch.autocast(x.device.type, dtype=torch.bfloat16):
+        if zero_grad:
+            optimizer.zero_grad()
+        with torch.autocast(x.device.type, dtype=dtype):
             loss = loss_fn(model(x), y)
         scaler.scale(loss).backward()
-        if unscale:
+        if by_hand:
+            for p in model.parameters():
+                p.grad.div_(scaler.get_scale())
+        elif unscale:
             scaler.unscale_(optimizer)
         norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         if unscale_after:
             scaler.unscale_(optimizer)
+        if update_first:
+            scaler.update()
         if scaler_step:
             scaler.step(optimizer)
         else:
             optimizer.step()
-        if update:
+        if update and not update_first:
             scaler.update()
         return norm.item() if item else norm
 
@@ -249,15 +256,44 @@ def test_amp_clip_passes_the_right_order():
 @pytest.mark.parametrize(
     ("wrong", "message"),
     [
-        (amp_step(unscale=False), "SCALED gradients"),
-        (amp_step(unscale=False, unscale_after=True), "SCALED gradients"),
-        (amp_step(scaler_step=False), "scaler.step(optimizer)"),
+        (amp_step(unscale=False), "SCALED gradients, before any scaler.unscale_"),
+        (amp_step(unscale=False, unscale_after=True), "unscale_(optimizer) came after the clip"),
+        (amp_step(scaler_step=False), "not through scaler.step(optimizer)"),
         (amp_step(item=True), "host-device sync"),
+        (amp_step(unscale=False, by_hand=True), "divided them AGAIN"),
+        (amp_step(update_first=True), "update() ran before scaler.step"),
+        (amp_step(zero_grad=False), "still held the previous call's gradients"),
+        (amp_step(dtype=torch.float16), "output was float16"),
     ],
-    ids=["no-unscale", "unscale-after-clip", "optimizer-step", "item"],
+    ids=[
+        "no-unscale",
+        "unscale-after-clip",
+        "optimizer-step",
+        "item",
+        "by-hand",
+        "update-before-step",
+        "no-zero-grad",
+        "fp16-on-cpu",
+    ],  # fmt: skip
 )
 def test_amp_clip_fails_each_mistake_naming_it(wrong, message):
     assert message in failure(lesson.check_amp_clipped_step, wrong).summary
+
+
+@pytest.mark.parametrize(
+    ("wrong", "not_named"),
+    [
+        (amp_step(unscale=False, by_hand=True), "SCALED"),  # it unscaled: twice, not never
+        (amp_step(unscale=False, unscale_after=True), "before any scaler.unscale_"),
+        (amp_step(update_first=True), "never called"),  # update() was called, too early
+        (amp_step(dtype=torch.float16), "unscale"),  # the order is right, the dtype is not
+    ],
+    ids=["by-hand", "unscale-after-clip", "update-before-step", "fp16-on-cpu"],
+)
+def test_amp_clip_does_not_name_a_cause_the_answer_does_not_have(wrong, not_named):
+    summary = failure(lesson.check_amp_clipped_step, wrong).summary
+    failing = [part for part in summary.split(";") if "as a tensor" not in part]
+    assert not any(not_named in part for part in failing), summary
 
 
 def test_amp_clip_without_update_fails_naming_update():

@@ -385,12 +385,16 @@ AMP_STEP = [
         (),
         id="wrong-backward-in-autocast",
     ),
+    # Was `wrong-scaler-for-bf16`. Changed under issue 26, because the case itself was wrong: a
+    # GradScaler left on for bf16, unscaled before the clip, trains exactly like float32 (the
+    # v4 blind red team's `valid-scaler_always_enabled`), and lesson 08 enables one for bf16 on
+    # purpose. The check passes it and says the scaler is not needed there.
     pytest.param(
         _step_factory(always_scaler=True),
-        "failed",
-        r"bf16|bfloat16",
+        "passed",
+        None,
         (),
-        id="wrong-scaler-for-bf16",
+        id="valid-scaler-for-bf16",
     ),
     pytest.param(
         _step_factory(no_scaler=True),

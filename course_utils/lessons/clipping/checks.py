@@ -12,8 +12,7 @@ import torch
 from torch import nn
 
 from ...checks import Threshold, at_most, check, correct
-from ...device import get_device
-from . import demo, probes
+from . import amp_probes, demo, probes
 from .reference import (
     reference_amp_clipped_step,
     reference_clipped_step,
@@ -96,9 +95,10 @@ def _right_from_a_list(total_grad_norm, params, norm_type: float, want: float) -
 
 @check(
     "08-total-norm",
-    points=2,
-    hint="Skip parameters whose .grad is None; take each gradient's norm of order norm_type; "
-    "the total is the norm (same order) of those norms. Iterate `parameters` only once.",
+    points=2,  # a diagnosis: two independent faults (how norms combine; a generator read twice)
+    hint="Reread the colleague's norm table: which rows are right, and what do they have in "
+    "common? Run lesson.norm_table on your function: a wrong p=2 or p=inf column and a wrong "
+    "generator row are two different mistakes.",
 )
 def check_total_norm(total_grad_norm):
     parts = []
@@ -168,9 +168,10 @@ def _which_mistake(got, model, batches, max_norm: float) -> str:
 
 @check(
     "08-clipped-step",
-    points=1,  # one call moved to its place: the least judgement of the four
-    hint="zero_grad, forward, backward, THEN nn.utils.clip_grad_norm_(model.parameters(), "
-    "max_norm), THEN optimizer.step(); return the norm clip_grad_norm_ returns.",
+    points=2,  # a diagnosis from two logs: which gradient each clip saw, which step() used
+    hint="Reread the two colleagues' logs in Exercise 2: at the moment each one called "
+    "clip_grad_norm_, what was in .grad, and which gradient had optimizer.step() used or not "
+    "yet used? Log the norm your own step returns and train with lesson.train_rnn.",
 )
 def check_clipped_step(clipped_step):
     model, gen = demo.make_rnn(7), demo.rnn_batches(8)
@@ -220,9 +221,10 @@ def check_clipped_step(clipped_step):
 
 @check(
     "08-max-norm",
-    points=3,  # the judgement task: which statistic of a skewed history is a threshold
-    hint="Describe the typical step, not the rare spikes nor the final inf/NaN: a robust "
-    "statistic of the finite norms (median or a moderate quantile), not the mean or the max.",
+    points=2,  # one decision: which statistic of a skewed history describes a typical step
+    hint="A threshold should describe the typical step. Try your rule on "
+    "lesson.synthetic_history(seed, bulk, 0.5, 0.05, True) for a bulk you chose: the check "
+    "accepts half to ten times the bulk, whatever the spikes and the final inf/nan do.",
 )
 def check_choose_max_norm(choose_max_norm):
     low, high = THRESHOLDS["max_norm_low"].value, THRESHOLDS["max_norm_high"].value
@@ -260,112 +262,68 @@ def check_choose_max_norm(choose_max_norm):
 # --- exercise 4: clipping under a GradScaler ------------------------------------------------
 
 
-_NO_UPDATE = ("unscale_() is being called after step()", "step() has already been called")
-
-
-def _amp_run(step, blow_up: bool):
-    """Two steps of `step` on a fresh AMP problem, the second with inf gradients if `blow_up`;
-    the optimizer has two param groups, so that clipping only the first shows. Returns the
-    parameters after each step, the norms returned, the final scale and, if PyTorch refused
-    the second step because update() was never called, its words."""
-    model, optimizer, scaler, x, y = demo.amp_problem(get_device())
-    params = list(model.parameters())
-    optimizer = torch.optim.SGD(
-        [{"params": params[:2]}, {"params": params[2:]}], **optimizer.defaults
-    )
-    norms = [step(model, nn.functional.mse_loss, x, y, optimizer, scaler, 1.0)]
-    first = [p.detach().clone() for p in model.parameters()]
-    if blow_up:
-        x = x.clone()
-        x[0, 0] = 3e38  # overflows in the forward: the gradients are inf/NaN
-    refused = None
-    try:
-        norms.append(step(model, nn.functional.mse_loss, x, y, optimizer, scaler, 1.0))
-    except RuntimeError as exc:
-        if not any(words in str(exc) for words in _NO_UPDATE):
-            raise
-        refused = str(exc).splitlines()[0]
-    return (
-        first,
-        [p.detach().clone() for p in model.parameters()],
-        norms,
-        scaler.get_scale(),
-        refused,
-    )
-
-
 @check(
     "08-amp-clip",
-    points=2,
-    hint="scaler.scale(loss).backward(); scaler.unscale_(optimizer); clip_grad_norm_ with the "
-    "same max_norm; scaler.step(optimizer) (it skips inf steps); scaler.update(); return the "
-    "norm tensor without .item().",
+    points=2,  # one diagnosis: which gradients the colleague's clip saw
+    hint="Compare the norms the colleague's step returned with float32's (section 3's runs): "
+    "by what factor do they differ, and where did that factor come from? Train yours with "
+    "lesson.train_amp next to lesson.fp32_clipped_step; return the norm as a tensor.",
 )
 def check_amp_clipped_step(amp_clipped_step):
-    want1, want2, want_norms, want_scale, _ = _amp_run(reference_amp_clipped_step, blow_up=True)
-    got1, got2, got_norms, got_scale, refused = _amp_run(amp_clipped_step, blow_up=True)
-    g, w = _as_float(got_norms[0]), float(want_norms[0])
-    parts = [correct("normal step", _same(got1, want1), _amp_step_why(got1, want1, g, w))]
-    finite = all(torch.isfinite(p).all() for p in got2)
-    skipped = finite and _same(got2, got1)
-    if refused:
-        why = (
-            "PyTorch refused your second step: scaler.update() was never called after "
-            "scaler.step(optimizer); call it at the end of every step"
-        )
-    elif not skipped:
-        why = "the inf/NaN step changed the parameters: step through scaler.step(optimizer)"
-    elif got_scale != want_scale:
-        why = (
-            f"scale {got_scale:g} after an inf step, expected {want_scale:g}: call scaler.update()"
-        )
+    want = amp_probes.amp_run(reference_amp_clipped_step)
+    got = amp_probes.amp_run(amp_clipped_step)
+    w, scale = float(want.norms[0]), want.calls.of("step", 0)[0].scale  # 2**16 at first
+    g = _as_float(got.norms[0]) if got.norms else None
+    both = [amp_probes.same(a, b) for a, b in zip(got.params, want.params[:2], strict=False)]
+    if len(both) >= 2 and all(both[:2]):
+        why = "both steps equal unscale_ -> clip -> scaler.step -> update"
+    elif both and not both[0]:
+        why = amp_probes.first_step(got, want, w, scale)
+    elif got.refused:
+        why = "the first step is right; " + amp_probes.refused(got)
     else:
-        why = "skipped, and the scale was lowered"
-    parts.append(
-        correct("step with inf gradients", not refused and skipped and got_scale == want_scale, why)
-    )
-    norm = got_norms[0]
-    is_tensor = isinstance(norm, torch.Tensor)
-    if g is not None and not math.isclose(g, w, rel_tol=1e-3):
-        what = f"you returned {g:.4g}, the norm of the unscaled gradients is {w:.4g}"
-        what += " (the norm of the scaled gradients?)" if g > 1e3 * w else ""
-        what += " (the norm AFTER clipping)" if math.isclose(g, 1.0, rel_tol=1e-3) else ""
-    elif not is_tensor:
+        why = amp_probes.leftover(got) or (
+            "the first step is right, the second differs from unscale_ -> clip -> scaler.step "
+            "-> update: compare what your step leaves behind for the next one"
+        )
+    parts = [correct("normal steps", len(both) >= 2 and all(both[:2]), why)]
+    parts.append(_inf_part(got, want))
+    parts.append(_norm_part(got.norms[0] if got.norms else None, g, w, scale))
+    return parts
+
+
+def _inf_part(got, want):
+    name = "step with inf gradients"
+    if got.refused:
+        return correct(name, False, amp_probes.refused(got))
+    why = amp_probes.inf_step(got, want.scales[amp_probes.BLOW_UP])
+    if why:
+        return correct(name, False, why)
+    after = got.params[amp_probes.AFTER]
+    if amp_probes.unmoved(after, got.params[amp_probes.BLOW_UP]):  # the next step skipped
+        why = amp_probes.leftover(got) or (
+            "the normal step after the inf one was skipped too (its parameters did not move): "
+            f"the scale went {got.scales[amp_probes.BLOW_UP]:g} -> {got.scales[-1]:g}"
+        )
+        return correct(name, False, why)
+    return correct(name, True, "skipped, the scale lowered, and the next step taken")
+
+
+def _norm_part(norm, g: float | None, w: float, scale: float):
+    ok = g is not None and math.isclose(g, w, rel_tol=1e-3)
+    if g is not None and not ok:
+        what = f"you returned {g:.4g}; the gradients' norm before clipping is {w:.4g}"
+        if math.isclose(g, w * scale, rel_tol=1e-2):
+            what += f": {scale:g} (the scale) times it, the norm of the scaled gradients"
+        elif math.isclose(g, 1.0, rel_tol=1e-3):
+            what += " (you returned the norm AFTER clipping)"
+    elif g is None:
+        what = f"you returned {norm!r}, not the norm: return what clip_grad_norm_ returns"
+    elif not isinstance(norm, torch.Tensor):
         what = (
             f"you returned a {type(norm).__name__}: .item() each step waits for the device "
             "(a host-device sync); return the tensor, read it when you log"
         )
     else:
-        what = "the unscaled norm, as a tensor"
-    parts.append(
-        correct(
-            "returned norm", is_tensor and g is not None and math.isclose(g, w, rel_tol=1e-3), what
-        )
-    )
-    return parts
-
-
-def _amp_step_why(got1, want1, g: float | None, w: float) -> str:
-    """What the first step's parameters say, a cause named only where a replayed step (and the
-    returned norm) confirms it."""
-    if _same(got1, want1):
-        return "the step equals unscale_ -> clip -> scaler.step"
-    if _same(got1, _amp_run(probes.no_unscale_amp_step, blow_up=False)[0]):
-        # clipping the scaled gradients and unscaling twice end in the same parameters; the
-        # norm you return tells them apart
-        if g is not None and math.isclose(g, w, rel_tol=1e-3):
-            return (
-                "the step equals clipping, then unscaling AGAIN: you unscaled by hand and "
-                "scaler.step unscaled a second time (it does so unless scaler.unscale_(optimizer) "
-                "was called): use scaler.unscale_(optimizer)"
-            )
-        return "you clipped the SCALED gradients (x65536): call scaler.unscale_(optimizer) first"
-    if _same(got1, _amp_run(probes.fp32_amp_step, blow_up=False)[0]):
-        return (
-            "the step equals the right one computed in float32: your forward did not run under "
-            "torch.autocast(x.device.type, dtype=cu.amp_dtype(x.device)) on this device"
-        )
-    return (
-        "parameters differ from unscale_ -> clip -> scaler.step -> update and from the usual "
-        "mistakes we replayed: compare with Exercise 4"
-    )
+        what = "the norm before clipping, as a tensor"
+    return correct("returned norm", ok and isinstance(norm, torch.Tensor), what)

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from ...device import get_device
 from ...measure import Comparison, compare, steady_cpu
 from ...mode import pick
 from ...models import MLP, SeqRNN
@@ -110,12 +111,20 @@ def by_value_step(model, loss_fn, x, y, optimizer, max_norm) -> torch.Tensor:
 def train_rnn(
     step: Step, max_norm: float | None, *, steps: int | None = None, seed: int = 0, label: str = ""
 ) -> RunLog:
-    """Train the exploding RNN with `step`; stop early once the loss is NaN/inf."""
+    """Train the exploding RNN (on the CPU) with `step`: log the loss of the weights each step
+    starts from and the norm the step returns; stop once the loss is NaN/inf."""
     model, batches = make_rnn(seed), rnn_batches(seed + 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     log = RunLog(label or f"max_norm={max_norm}", max_norm)
     with steady_cpu(1), _flush_denormal():
-        _train(step, model, batches, optimizer, max_norm, steps or rnn_steps(), log)
+        for _ in tqdm(range(steps or rnn_steps()), desc=log.label, leave=False):
+            x, y = next(batches)
+            with torch.no_grad():  # the loss of the weights the step starts from
+                log.loss.append(float(nn.functional.mse_loss(model(x), y)))
+            norm = step(model, nn.functional.mse_loss, x, y, optimizer, max_norm)
+            log.norm.append(float(norm) if norm is not None else math.nan)  # None: not returned
+            if not math.isfinite(log.loss[-1]):
+                break
     return log
 
 
@@ -128,18 +137,6 @@ def _flush_denormal():
         yield
     finally:
         torch.set_flush_denormal(False)
-
-
-def _train(step, model, batches, optimizer, max_norm, steps: int, log: RunLog) -> None:
-    for _ in tqdm(range(steps), desc=log.label, leave=False):
-        x, y = next(batches)
-        with torch.no_grad():
-            loss = nn.functional.mse_loss(model(x), y)  # before the step, as the step sees it
-        norm = step(model, nn.functional.mse_loss, x, y, optimizer, max_norm)
-        log.loss.append(float(loss))
-        log.norm.append(float(norm) if norm is not None else math.nan)  # None: not returned
-        if not math.isfinite(log.loss[-1]):
-            break
 
 
 def plot_runs(logs: list[RunLog], threshold: float | None = None):
@@ -208,14 +205,10 @@ def amp_problem(device: torch.device | str = "cpu", seed: int = 0):
 
 
 def logging_cost(steps: int = 50, device: torch.device | str | None = None) -> Comparison | None:
-    """Log the norm with `.item()` every step vs keep the tensors and read them once.
-
-    Only an asynchronous device (CUDA) can show a difference: there `.item()` waits for the
-    queue to drain every step. On a CPU every kernel has finished when it returns, so there is
-    nothing to wait for; returns None.
+    """`.item()` on the norm every step vs keeping the tensors and reading them once, timed in
+    interleaved pairs (`compare`). Only an asynchronous device (CUDA) can show a difference:
+    on a CPU every kernel has finished when it returns, so there is nothing to wait for (None).
     """
-    from ...device import get_device
-
     device = torch.device(device) if device is not None else get_device()
     if device.type != "cuda":
         return None
@@ -227,16 +220,12 @@ def logging_cost(steps: int = 50, device: torch.device | str | None = None) -> C
         kept = []
         for _ in range(steps):
             norm = unclipped_step(model, nn.functional.cross_entropy, x, y, optimizer)
-            kept.append(norm.item() if sync_each_step else norm)
-        torch.stack([torch.as_tensor(k, device=device) for k in kept]).cpu()
+            kept.append(norm.item() if sync_each_step else norm)  # .item(): wait for the GPU
+        torch.stack([torch.as_tensor(k, device=device) for k in kept]).cpu()  # read all once
 
+    labels = (".item() every step", "tensors, read once")
     return compare(
-        lambda: run(True),
-        lambda: run(False),
-        repeats=10,
-        warmup=1,
-        device=device,
-        labels=(".item() every step", "tensors, read once"),
+        lambda: run(True), lambda: run(False), warmup=1, repeats=10, device=device, labels=labels
     )
 
 

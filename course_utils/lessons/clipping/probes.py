@@ -9,7 +9,6 @@ import math
 import torch
 from torch import nn
 
-from ...device import amp_dtype
 from . import demo
 
 
@@ -99,28 +98,6 @@ STEP_MISTAKES = {
         "a gradient that is longer than max_norm",
     ),
 }
-
-
-def fp32_amp_step(model, loss_fn, x, y, optimizer, scaler, max_norm):
-    """The right order of calls without autocast: a forward in float32."""
-    optimizer.zero_grad(set_to_none=True)
-    scaler.scale(loss_fn(model(x), y)).backward()
-    scaler.unscale_(optimizer)
-    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    return norm
-
-
-def no_unscale_amp_step(model, loss_fn, x, y, optimizer, scaler, max_norm):
-    optimizer.zero_grad(set_to_none=True)
-    with torch.autocast(x.device.type, dtype=amp_dtype(x.device)):
-        loss = loss_fn(model(x), y)
-    scaler.scale(loss).backward()
-    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    return norm
 
 
 def diagnose_norm(got: float, model: nn.Module, norm_type: float) -> str:

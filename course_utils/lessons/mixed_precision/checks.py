@@ -21,8 +21,7 @@ from ...checks import (
     retry_measure,
 )
 from ...device import device_class, get_device
-from . import demo, scenarios
-from .scenarios import STEPS
+from . import demo, island, scenarios, verdict
 
 THRESHOLDS = {
     "grad_error": Threshold(
@@ -136,10 +135,10 @@ def _diagnose_grads(grads, reference, clean_ok: bool = False) -> str:
 
 @check(
     "04-loss-scale",
-    points=2,
-    hint="Under torch.autocast('cpu', dtype=torch.float16): (loss * S).backward(), then return "
-    "[p.grad / S ...] in float32. S must lift the smallest gradients above fp16's 2**-24 yet keep "
-    "|grad| * S below 65504: try a large S and halve it while any gradient is inf or NaN.",
+    points=2,  # one decision: the scale, fixed for both snapshots or found per call
+    hint="Reread 'Baseline' and the paragraph on static loss scaling: which of the printed "
+    "gradients must not overflow fp16 once multiplied by your scale, and which must reach its "
+    "normal range? Print max |grad| * S and the smallest nonzero |grad| * S for both snapshots.",
 )
 def check_loss_scale(rescued_grads):
     if not demo.cpu_fp16_autocast():
@@ -204,86 +203,7 @@ def _clean_rerun_ok(rescued_grads, name: str) -> bool:
 def _run_scenario(make_amp_step, name: str, snapshot: str, dtype: torch.dtype) -> object:
     if dtype == torch.float16 and not demo.cpu_fp16_autocast():
         return not_applicable(name, NO_FP16)
-    run = scenarios.run_scenario(make_amp_step, name, snapshot, dtype)
-    error, ratio, skipped, scaled = run.update_error, run.update_ratio, run.skipped, run.grad_scale
-    want, dtypes = run.want, run.out_dtypes
-    tol = THRESHOLDS["update_error"].value
-    if dtypes != {want}:
-        return correct(
-            name,
-            False,
-            f"the model's output was {', '.join(sorted(dtypes)) or 'never computed'}, "
-            f"not {want}: run model(x) and the loss under torch.autocast(device.type, "
-            "dtype=dtype)",
-        )
-    if run.backward_autocast:
-        return correct(
-            name,
-            False,
-            "backward ran inside autocast: leave the `with` block after "
-            "the loss; backward uses the dtypes chosen in the forward by itself",
-        )
-    if skipped == STEPS:
-        return correct(
-            name,
-            False,
-            f"all {STEPS} optimizer steps were skipped (parameters never "
-            "changed): after an overflow the scale must back off and stay backed off, "
-            "which scaler.update() does once per step, on a scaler created once, outside "
-            "step()",
-        )
-    loss_part = _returned_loss(name, run.returned)
-    if loss_part is not None:
-        return loss_part
-    if dtype == torch.bfloat16 and scaled > 8:
-        return correct(
-            name,
-            False,
-            f"the bf16 gradients were scaled ({scaled:.3g}x): bf16 has "
-            "float32's range, nothing underflows, so no GradScaler (disable it, "
-            "enabled=False, or do not create one)",
-        )
-    message = (
-        f"worst layer's parameter change after {STEPS} steps ({skipped} skipped by the scaler) differs "
-        f"from float32 by {error:.3g} (allowed {tol})"
-    )
-    if error > tol and ratio < 0.5 and dtype == torch.float16 and scaled < 8:
-        message += (
-            f"; that update is {ratio:.2g}x float32's, and the gradient reaching the output "
-            f"was {scaled:.3g}x float32's: the loss was not scaled, so fp16 gradients "
-            "underflowed. Use a GradScaler for fp16 (without a GradScaler they vanish)"
-        )
-    elif error > tol and ratio < 0.5:
-        message += (
-            f"; that update is {ratio:.2g}x float32's, while backward ran with gradients "
-            f"{scaled:.3g}x float32's (the scale): the optimizer did not get the gradients "
-            "divided by the scale exactly once before clipping. See the AMP step's hint "
-            "(the order): scaler.unscale_(optimizer) before clip_grad_norm_, and scaler.step "
-            "(which unscales only if you did not) instead of dividing by hand"
-        )
-    elif error > tol and ratio > 2:
-        message += (
-            f"; that update is {ratio:.2g}x float32's clipped one: clipping did not "
-            "act on the gradients the optimizer used (clip after unscale_, before step)"
-        )
-    return correct(name, error <= tol, message, value=error, threshold=tol, better="lower")
-
-
-def _returned_loss(name: str, returned: list[tuple[object, float]]):
-    """A failed part if any step returned something other than its loss (float32 value of the
-    same weights, within LOSS_ERROR: the forward ran in 16 bits), else None."""
-    for i, (got, want) in enumerate(returned):
-        try:
-            value = float(torch.as_tensor(got).detach().float().reshape(()))
-        except (TypeError, RuntimeError, ValueError):
-            return correct(name, False, f"step {i} returned {got!r}, not the loss: return it")
-        ratio = value / want if want else float("inf")
-        if not abs(ratio - 1) <= THRESHOLDS["loss_error"].value:
-            said = f"step {i} returned {value:.4g} for a loss of {want:.4g} ({ratio:.3g}x)"
-            if ratio >= 2**8 and float(ratio).is_integer() and (int(ratio) & int(ratio) - 1) == 0:
-                said += ": a power of two, the scaler's scale: return loss, not scaler.scale(loss)"
-            return correct(name, False, said + "; step(x, y) returns the loss of that step")
-    return None
+    return verdict.judge(scenarios.run_scenario(make_amp_step, name, snapshot, dtype), THRESHOLDS)
 
 
 def _speed_part(effect: demo.AmpEffect, cls: str):
@@ -307,11 +227,10 @@ def _speed_part(effect: demo.AmpEffect, cls: str):
 
 @check(
     "04-amp-step",
-    points=3,
-    hint="scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16); in the "
-    "step: autocast around model(x) and the loss only; scaler.scale(loss).backward(); "
-    "scaler.unscale_(optimizer); clip_grad_norm_; scaler.step(optimizer); scaler.update(); "
-    "zero_grad.",
+    points=3,  # a diagnosis of several interacting causes (dtype, order, scaler state)
+    hint="Reread 'The AMP training step' and compare your step's symptom table "
+    "(lesson.symptom_table(make_amp_step)) with float32's, column by column: each number that "
+    "is not 1x (or a skipped step, or autocast on in backward) points at one of its facts.",
 )
 def check_amp_step(make_amp_step):
     parts = [_run_scenario(make_amp_step, *scenario) for scenario in scenarios.SCENARIOS]
@@ -346,29 +265,12 @@ def check_amp_step(make_amp_step):
 # --- exercise 2: a float32 island ------------------------------------------------------------
 
 
-def _diagnose_scores(stable_scores, q, k, error: float, dtype: str) -> str:
-    if dtype == "float16":
-        floated, _ = demo.score_error(stable_scores, q.float(), k.float())
-        if floated <= THRESHOLDS["score_error"].value:
-            return (
-                "it is right for float32 inputs, but autocast hands you float16 "
-                "activations: cast q and k to float32 inside the region"
-            )
-        return (
-            "your scores came out in float16: inside autocast, matmul casts its inputs to "
-            "float16 again, even after .float(). Turn autocast off for this region"
-        )
-    if error == float("inf"):
-        return "inf/NaN: the scores overflowed"
-    return "your probabilities are not softmax(q @ k.T): keep the function, change the precision"
-
-
 @check(
     "04-fp32-island",
-    points=2,
-    hint="with torch.autocast(q.device.type, enabled=False): compute (q.float() @ k.float().T) "
-    "and its softmax. Disabling autocast alone leaves float16 inputs in float16; .float() alone "
-    "is undone by autocast's matmul cast.",
+    points=2,  # one diagnosis: two conditions decide a matmul's precision inside autocast
+    hint="Reread 'Which operations run in which precision?': inside an fp16 autocast region, "
+    "what decides the dtype a matmul computes in? Print the dtype of the scores inside your "
+    "function when it is called under torch.autocast('cpu', dtype=torch.float16).",
 )
 def check_fp32_island(stable_scores):
     if not demo.cpu_fp16_autocast():
@@ -376,13 +278,18 @@ def check_fp32_island(stable_scores):
     parts, tol = [], THRESHOLDS["score_error"].value
     for case in demo.SCORE_CASES:
         q, k = demo.score_inputs(case, seed=2)
-        error, dtype = demo.score_error(stable_scores, q, k)
+        error, _, seen = island.observe(stable_scores, q, k, autocast=True, probe=False)
         message = f"largest probability error under fp16 autocast: {error:.3g} (allowed {tol})"
         if not error <= tol:
-            message += "; " + _diagnose_scores(stable_scores, q, k, error, dtype)
+            message += "; " + island.diagnose(stable_scores, q, k, seen, tol)
         parts.append(
             correct(
-                f"{case} case", error <= tol, message, value=error, threshold=tol, better="lower"
+                SCORE_PARTS[case], error <= tol, message, value=error, threshold=tol, better="lower"
             )
         )
     return parts
+
+
+# each part is named by its inputs, not by what fp16 does to them: a bf16 answer does not
+# overflow, and its message must not seem to say so
+SCORE_PARTS = {"precision": "scores near 2.5e4", "overflow": "scores near 1e5"}

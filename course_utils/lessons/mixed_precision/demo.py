@@ -274,32 +274,26 @@ class AmpEffect:
         return self.amp_bytes / self.fp32_bytes
 
 
-def measure_amp(
-    make_step: Callable, device: torch.device | None = None, repeats: int | None = None
-) -> AmpEffect:
-    """Time `make_step(model, loss_fn, optimizer, device, dtype, max_norm)` against fp32 on the
-    speed workload, with this device's AMP dtype, and count the bytes each saves for backward."""
+def measure_amp(make_step: Callable, device=None, repeats: int | None = None) -> AmpEffect:
+    """An AMP step (from `make_step`) against float32 on the speed workload: time per step in
+    interleaved pairs, and the bytes each step saves for backward."""
     device = device or get_device()
-    dtype = amp_dtype(device)
+    dtype = amp_dtype(device)  # bf16 on Ampere+ GPUs and CPUs, fp16 on older GPUs
     model, x, y = speed_workload(device)
-    twin = copy.deepcopy(model)
-    loss_fn = nn.CrossEntropyLoss()
-    base = fp32_step(model, loss_fn, torch.optim.SGD(model.parameters(), lr=1e-3), 1.0)
+    twin, loss_fn = copy.deepcopy(model), nn.CrossEntropyLoss()  # the same weights for both
+    fp32 = fp32_step(model, loss_fn, torch.optim.SGD(model.parameters(), lr=1e-3), 1.0)
     amp = make_step(twin, loss_fn, torch.optim.SGD(twin.parameters(), lr=1e-3), device, dtype, 1.0)
-    with steady_cpu():
-        fp32_bytes = activation_bytes(lambda: base(x, y))
+    with steady_cpu():  # one CPU thread: steady timings on a shared CPU (no-op on a GPU)
+        fp32_bytes = activation_bytes(lambda: fp32(x, y))  # saved-tensor hooks count them
         amp_bytes = activation_bytes(lambda: amp(x, y))
+        # 2 warm-up pairs, then pairs in alternating order (AB, BA, ...), each timed between
+        # two device synchronisations; the speedup is the median of the pairs' ratios
+        labels, n = ("float32", f"autocast {str(dtype)[6:]}"), repeats or pick(quick=5, full=10)
         result = compare(
-            lambda: base(x, y),
-            lambda: amp(x, y),
-            warmup=2,
-            repeats=repeats or pick(quick=5, full=10),
-            device=device,
-            labels=("float32", f"autocast {str(dtype)[6:]}"),
+            lambda: fp32(x, y), lambda: amp(x, y), warmup=2, repeats=n, device=device, labels=labels
         )
-    return AmpEffect(
-        device_class(device), str(dtype)[6:], result.speedup, fp32_bytes, amp_bytes, result
-    )
+    cls, name = device_class(device), str(dtype)[6:]
+    return AmpEffect(cls, name, result.speedup, fp32_bytes, amp_bytes, result)
 
 
 def amp_verdict(effect: AmpEffect) -> str:

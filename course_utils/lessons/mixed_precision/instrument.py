@@ -1,6 +1,8 @@
 """What the AMP-step check observes while the learner's step trains: the forward's output
-dtype, whether autocast was still on during backward, the size of the gradient reaching the
-output (a scaled bf16 run shows up as ~2**16 too large), and how far each parameter moved."""
+dtype, whether autocast was still on during backward, whether last step's gradients were
+still in .grad when backward began, the size of the gradient reaching the output (a scaled
+run shows up as ~2**16 too large), how far each parameter moved, and (`watch`) the calls the
+step made and the gradients each optimizer.step() used (`course_utils.amp_calls.watch`)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ class StepProbe(nn.Module):
         self.out_dtypes: list[torch.dtype] = []
         self.backward_autocast: list[bool] = []
         self.out_grad_max: list[float] = []
+        self.stale_grads: list[bool] = []  # per backward: .grad already held nonzero values
 
     def forward(self, x):
         out = self.inner(x)
@@ -35,8 +38,11 @@ class StepProbe(nn.Module):
             out.register_hook(self._on_grad)
         return out
 
-    def _on_grad(self, grad):
+    def _on_grad(self, grad):  # runs as backward reaches the output, before any parameter
         self.backward_autocast.append(autocast_on(self.device_type))
+        self.stale_grads.append(
+            any(p.grad is not None and bool(p.grad.ne(0).any()) for p in self.inner.parameters())
+        )
         self.out_grad_max.append(grad.abs().max().item())
 
 

@@ -13,10 +13,13 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from ...amp_calls import CallLog, watch
 from . import demo
 from .instrument import StepProbe, params, worst_update
 
 STEPS, LR, MAX_NORM = 6, 0.01, 0.5  # `early` gradient norms are 27-44: clipping always acts
+# what PyTorch says when a scaler's step() comes twice without update() in between
+NO_UPDATE = ("unscale_() is being called after step()", "step() has already been called")
 SCENARIOS = (  # (name, snapshot, dtype): the three situations an AMP step must handle
     ("fp16, large gradients", "early", torch.float16),
     ("fp16, small gradients", "late", torch.float16),
@@ -38,6 +41,11 @@ class ScenarioRun:
     update_error: float = 0.0  # worst parameter tensor's relative error vs float32's change
     update_ratio: float = 1.0  # that tensor's change, as a multiple of float32's (1: none moved)
     grad_scale: float = 1.0  # gradient reaching the output, as a multiple of float32's
+    stale: list[bool] = field(default_factory=list)  # per backward: old .grad still there
+    calls: CallLog = field(default_factory=CallLog)  # what step() called, in order
+    refused: str | None = None  # PyTorch's words, if it refused a step (update() missing)
+    fp32_norm: float = 0.0  # float32's total gradient norm at the first step, before clipping
+    fp32_zeros: float = 0.0  # its share of exactly-zero entries
 
     @property
     def want(self) -> str:
@@ -55,23 +63,36 @@ def run_scenario(
     F.mse_loss(first(x), y).backward()
     probe = StepProbe(model)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
-    step = make_amp_step(probe, F.mse_loss, opt, torch.device("cpu"), dtype, MAX_NORM)
     run = ScenarioRun(name, dtype)
+    grads = torch.cat([p.grad.flatten() for p in first.inner.parameters()])
+    run.fp32_norm, run.fp32_zeros = grads.norm().item(), (grads == 0).float().mean().item()
     start = params(model)
-    for _ in range(STEPS):
-        before = params(model)
-        with torch.no_grad():  # the float32 loss of these weights: what step() must return
-            want = F.mse_loss(model(x), y).item()
-        run.returned.append((step(x, y), want))
-        run.skipped += all(torch.equal(a, b) for a, b in zip(before, params(model), strict=True))
+    with watch(opt, run.calls):
+        step = make_amp_step(probe, F.mse_loss, opt, torch.device("cpu"), dtype, MAX_NORM)
+        for i in range(STEPS):
+            run.calls.step = i
+            before = params(model)
+            with torch.no_grad():  # the float32 loss of these weights: what step() must return
+                want = F.mse_loss(model(x), y).item()
+            try:
+                run.returned.append((step(x, y), want))
+            except RuntimeError as exc:  # PyTorch refused this step: the verdict says why
+                if not any(words in str(exc) for words in NO_UPDATE):
+                    raise
+                run.refused = str(exc).splitlines()[0]
+                break
+            run.skipped += all(
+                torch.equal(a, b) for a, b in zip(before, params(model), strict=True)
+            )
     ref = demo.fp32_step(twin, F.mse_loss, torch.optim.SGD(twin.parameters(), lr=LR), MAX_NORM)
-    for _ in range(STEPS - run.skipped):
+    for _ in range(len(run.returned) - run.skipped):
         ref(x, y)
     moved = [p - s for p, s in zip(params(model), start, strict=True)]
     ref_moved = [p - s for p, s in zip(params(twin), start, strict=True)]
     run.update_error, run.update_ratio = worst_update(moved, ref_moved)
     run.out_dtypes = {str(d).replace("torch.", "") for d in probe.out_dtypes}
     run.backward_autocast = any(probe.backward_autocast)
+    run.stale = probe.stale_grads
     if probe.out_grad_max:
         run.grad_scale = probe.out_grad_max[0] / max(first.out_grad_max[0], 1e-30)
     return run
@@ -112,14 +133,16 @@ def symptoms(make_amp_step, seed: int = 3) -> list[dict[str, object]]:
                 "returned loss / fp32": f"{_loss_ratio(run):.3g}x",
             }
         )
+        if run.refused:  # PyTorch stopped the run: its own words, the step it stopped at
+            rows[-1]["PyTorch refused"] = f"step {len(run.returned) + 1}: {run.refused}"
     return rows
 
 
 def symptom_table(make_amp_step, seed: int = 3) -> str:
     """`symptoms` as a Markdown table, one column per scenario."""
     rows = symptoms(make_amp_step, seed)
-    keys = [k for k in rows[0] if k != "scenario"]
+    keys = list(dict.fromkeys(k for r in rows for k in r if k != "scenario"))
     lines = ["| measured | " + " | ".join(r["scenario"] for r in rows) + " |"]
     lines.append("|---" * (len(rows) + 1) + "|")
-    lines += [f"| {k} | " + " | ".join(str(r[k]) for r in rows) + " |" for k in keys]
+    lines += [f"| {k} | " + " | ".join(str(r.get(k, "")) for r in rows) + " |" for k in keys]
     return "\n".join(lines)
