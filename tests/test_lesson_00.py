@@ -112,6 +112,58 @@ def test_step_timer_short_run_passes_a_timer_that_syncs_before_each_sample():
     assert lesson.check_step_timer(sync_first).status == "passed"
 
 
+def _samples_timer(*, warmup_calls=None, repeat_calls=None, time_warmup=False, stat=None):
+    """The reference timer with a fixed warm-up or sample count, timed warm-up calls, or
+    another statistic (the blind red team's v4 cases)."""
+
+    def time_step(step, synchronize, warmup=3, repeats=10):
+        warm = warmup if warmup_calls is None else warmup_calls
+        for _ in range(0 if time_warmup else warm):
+            step()
+        synchronize()
+        samples = []
+        for _ in range((warm if time_warmup else 0) + (repeat_calls or repeats)):
+            t0 = time.perf_counter()
+            step()
+            synchronize()
+            samples.append(time.perf_counter() - t0)
+        return (stat or statistics.median)(samples)
+
+    return time_step
+
+
+@pytest.mark.parametrize(
+    ("wrong", "causes"),
+    [
+        (_samples_timer(stat=min), ["fastest sample (the minimum)"]),
+        (_samples_timer(repeat_calls=5), ["ignores `repeats`"]),
+        (
+            _samples_timer(warmup_calls=3),
+            ["ignores `warmup`", "in 4 calls to step(), not 7: a call that pays the one-off"],
+        ),
+        (_samples_timer(time_warmup=True), ["the warm-up calls were timed as samples"]),
+    ],
+    ids=["minimum", "fixed-repeats", "fixed-warmup", "warm-up-timed"],
+)
+def test_step_timer_check_names_ignored_arguments_and_the_statistic(wrong, causes):
+    exc = failure(lesson.check_step_timer, wrong)
+    assert exc.status == "failed"
+    for cause in causes:
+        assert cause in exc.summary
+    assert "queued work" not in exc.summary and "the launch" not in exc.summary
+
+
+def test_step_timer_check_passes_a_fixed_extra_call():
+    """One untimed calibration call beyond warmup + repeats: the count follows both
+    arguments one for one, and the figure is right."""
+
+    def calibrated(step, synchronize, warmup=3, repeats=10):
+        step()  # a calibration call, untimed
+        return _samples_timer()(step, synchronize, warmup, repeats)
+
+    assert lesson.check_step_timer(calibrated).status == "passed"
+
+
 def test_step_timer_check_reports_not_attempted():
     assert failure(lesson.check_step_timer, not_attempted).status == "not-attempted"
 

@@ -147,6 +147,76 @@ def timer_sorted_middle(step, synchronize, warmup=3, repeats=10):
     return sorted(samples)[(len(samples) - 1) // 2]
 
 
+def timer_minimum(step, synchronize, warmup=3, repeats=10):
+    """Blind v4: the fastest sample, not the median (the specimen has two fast calls)."""
+    for _ in range(warmup):
+        step()
+    synchronize()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        synchronize()
+        samples.append(time.perf_counter() - start)
+    return min(samples)
+
+
+def timer_fixed_repeats(step, synchronize, warmup=3, repeats=10):
+    """Blind v4: always 5 samples, whatever `repeats` says (caught by counting the calls)."""
+    for _ in range(warmup):
+        step()
+    synchronize()
+    samples = []
+    for _ in range(5):
+        start = time.perf_counter()
+        step()
+        synchronize()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def timer_fixed_warmup(step, synchronize, warmup=3, repeats=10):
+    """Blind v4: always 3 warm-up calls; with warmup=6 the 4th one-off call is a sample."""
+    for _ in range(3):
+        step()
+    synchronize()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        synchronize()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def timer_warmup_timed(step, synchronize, warmup=3, repeats=10):
+    """Blind v4: the warm-up calls are timed as samples too."""
+    samples = []
+    for _ in range(warmup + repeats):
+        synchronize()
+        start = time.perf_counter()
+        step()
+        synchronize()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def timer_priming_call(step, synchronize, warmup=3, repeats=10):
+    """Valid: one untimed priming call before the warm-up; the count follows both arguments."""
+    step()
+    synchronize()
+    for _ in range(warmup):
+        step()
+    synchronize()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        synchronize()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
 NO_WARMUP = r"skip\w* the warm|without (a )?warm|no warm"  # the specimen's own text says "warmup=6"
 
 STEP_TIMER = [
@@ -176,12 +246,47 @@ STEP_TIMER = [
         (r"\bmean\b", NO_WARMUP),
         id="wrong-no-sync-after-warmup",
     ),
+    pytest.param(
+        timer_minimum,
+        "failed",
+        r"the minimum",
+        (r"synchroni[sz]e\(\) after", r"queued work", NO_WARMUP),
+        id="wrong-minimum",
+    ),
+    pytest.param(
+        timer_fixed_repeats,
+        "failed",
+        r"ignores `repeats`",
+        (r"`warmup`", r"queued work", r"\bmean\b"),
+        id="wrong-fixed-repeats",
+    ),
+    pytest.param(
+        timer_fixed_warmup,
+        "failed",
+        r"ignores `warmup`.*one-off cost was timed",
+        (r"`repeats`", r"queued work", r"\bmean\b"),
+        id="wrong-fixed-warmup",
+    ),
+    pytest.param(
+        timer_warmup_timed,
+        "failed",
+        r"warm-up calls were timed as samples",
+        (r"ignores", r"queued work", r"\bmean\b"),
+        id="wrong-warmup-timed",
+    ),
+    pytest.param(timer_priming_call, "passed", None, (), id="valid-priming-call"),
     pytest.param(timer_ns_numpy, "passed", None, (), id="valid-ns-numpy-median"),
     pytest.param(timer_sorted_middle, "passed", None, (), id="valid-sorted-middle"),
 ]
 STEP_TIMER = in_ci(
     STEP_TIMER,
-    {"valid-sorted-middle", "wrong-mean", "wrong-no-sync", "wrong-no-sync-after-warmup"},
+    {
+        "valid-sorted-middle",
+        "wrong-mean",
+        "wrong-no-sync",
+        "wrong-no-sync-after-warmup",
+        "wrong-fixed-repeats",
+    },
 )
 
 

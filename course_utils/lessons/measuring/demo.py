@@ -29,6 +29,8 @@ def make_async_step(
     *,
     outlier_at: int | None = None,
     outlier_s: float = 0.0,
+    fast_at: tuple[int, ...] = (),
+    fast_s: float = 0.0,
 ) -> tuple[Callable[[], None], Callable[[], None]]:
     """A training step on a SimulatedAccelerator: `step_s` of queued work per call, and
     `slow_s` more on each of the first `slow_calls` calls. One-off costs rarely end after one
@@ -36,11 +38,16 @@ def make_async_step(
     compiles on first use and again on recompiles, the caching allocator grows over the first
     steps. Call number `outlier_at` (from 1) takes `outlier_s` more, as a step now and then
     does long after the warm-up (a garbage collection, a checkpoint, another process): the
-    median of the samples ignores it, their mean does not. Returns (step, synchronize)."""
+    median of the samples ignores it, their mean does not. The calls numbered in `fast_at`
+    queue only `fast_s` in all, as a smaller last batch of an epoch does: the median ignores
+    them too, the fastest sample does not. Returns (step, synchronize)."""
     device, calls = SimulatedAccelerator(), [0]
 
     def step() -> None:
         calls[0] += 1
+        if calls[0] in fast_at:
+            device.launch(fast_s)
+            return
         extra = slow_s if calls[0] <= slow_calls else 0.0
         device.launch(step_s + extra + (outlier_s if calls[0] == outlier_at else 0.0))
 

@@ -17,15 +17,22 @@ def _seconds(value) -> float | None:
 
 
 # the timer scenario: 4 slow first calls, so a timer without warm-up has 4 slow samples of 7,
-# and one slow call after the warm-up (the 3rd sample), so a mean reads 30 + 200/7 = 59 ms
+# one slow call after the warm-up (the 3rd sample) and two fast ones (the 5th and 7th: a
+# smaller last batch), so the samples spread both ways around the median: a mean reads
+# (4 x 30 + 230 + 2 x 1) / 7 = 50 ms, the fastest sample 1 ms
 STEP_S, SLOW_CALLS, SLOW_S, TIMER_WARMUP, TIMER_REPEATS = 0.03, 4, 0.15, 6, 7
 OUTLIER_AT, OUTLIER_S = TIMER_WARMUP + 3, 0.2
-# the short run: the same step timed with 2 repeats (the slow call 9 is not reached). A timer
+FAST_AT, FAST_S = (TIMER_WARMUP + 5, TIMER_WARMUP + 7), 0.001
+# the short run: the same step without its outlier and fast calls, timed with 2 repeats (a
+# timer with one untimed extra call, which passes the count, would meet call 9). A timer
 # that does not wait for the warm-up's queued work (4 x 180 + 2 x 30 = 780 ms) before its first
 # clock reading has that work in its first sample: the median of 2 is their mean, 420 ms (14x).
 # Two samples, not three with the slow call as a third: a stall on either fast sample of three
 # failed a valid timer at load ~8; the mean of two tolerates a 30 ms stall on one
 SHORT_REPEATS = 2
+# the count probe's shorter warm-up (against TIMER_WARMUP): a fixed count of warm-up calls
+# gives the same number of calls for both
+PROBE_WARMUP = 2
 
 
 def probe_timer(time_step: Callable, step, synchronize, repeats: int = TIMER_REPEATS) -> float:
@@ -39,10 +46,49 @@ def _sleeping_step() -> None:
     time.sleep(STEP_S)  # a synchronous step: the work is done when step() returns
 
 
-def timer_diagnosis(t: float, time_step: Callable, low: float, high: float) -> str:
+def counted(step: Callable[[], None]) -> tuple[Callable[[], None], list[int]]:
+    """`step`, and a one-item list that counts its calls."""
+    calls = [0]
+
+    def counting() -> None:
+        calls[0] += 1
+        step()
+
+    return counting, calls
+
+
+def _synchronous_step(seconds: Callable[[int], float]) -> tuple[Callable[[], None], list[int]]:
+    """A step with no queued work (synchronize() has nothing to wait for) whose call number k
+    (from 1) sleeps seconds(k), and its call count."""
+    calls = [0]
+
+    def step() -> None:
+        calls[0] += 1
+        time.sleep(seconds(calls[0]))
+
+    return step, calls
+
+
+# the minimum's probe: a synchronous step whose timed calls take 30 ms, but for two of 7 that
+# take nothing. A median reads 30 ms; the fastest sample reads ~0, whatever the load (load only
+# adds delay to a sleep, and there is none here to delay). A timer that reads the launch reads
+# the whole call here (the work is done inside step()), so this tells the two apart
+NO_WORK_AT = (TIMER_WARMUP + 2, TIMER_WARMUP + 5)
+
+
+def _fastest_sample_probe(time_step: Callable) -> float:
+    step, _ = _synchronous_step(lambda k: 0.0 if k in NO_WORK_AT else STEP_S)
+    return probe_timer(time_step, step, lambda: None)
+
+
+def timer_diagnosis(
+    t: float, time_step: Callable, low: float, high: float, fastest_max: float
+) -> str:
     """Why the timer read `t`, told apart by probe steps that each lack one of the scenario's
     traps: a synchronous step (no waiting in synchronize()), a steady one (no slow calls), one
-    slow call after the warm-up only. A cause is named only when its probe confirms it."""
+    slow call after the warm-up only, and a synchronous one with two empty calls (a timer
+    reading below `fastest_max` x the step there reports its fastest sample). A cause is named
+    only when its probe confirms it."""
     if t != t:  # NaN: the timer did not return a number
         return "return the median as a float number of seconds"
     ratio = t / STEP_S
@@ -56,6 +102,14 @@ def timer_diagnosis(t: float, time_step: Callable, low: float, high: float) -> s
                 f"{synchronous * 1e3:.3g} ms too: your clock misses time the step spends "
                 "waiting (in sleep or in synchronize()); time with a wall clock, "
                 "time.perf_counter()"
+            )
+        fastest = _fastest_sample_probe(time_step)
+        if fastest < fastest_max * STEP_S:
+            return (
+                f"on a synchronous step whose {TIMER_REPEATS} timed calls take "
+                f"{STEP_S * 1e3:.0f} ms but for {len(NO_WORK_AT)} that take nothing, your timer "
+                f"read {fastest * 1e3:.3g} ms: it reports the fastest sample (the minimum), "
+                "which a short call sets; the median of the samples is the typical call"
             )
         if ratio < 0.25:
             return (
@@ -141,7 +195,85 @@ def short_run_diagnosis(t: float, time_step: Callable, high: float) -> str:
             f"({TIMER_WARMUP * STEP_S * 1e3:.0f} ms) ran inside your first timed sample. Wait "
             "for the warm-up to finish before the first clock reading"
         )
+    # No queued work at all, only slow first calls, fewer than `warmup`: a timer reads one of
+    # them only if it times a call that the warm-up should have paid for
+    step, calls = _synchronous_step(lambda k: STEP_S + (SLOW_S if k <= SLOW_CALLS else 0.0))
+    try:
+        first = probe_timer(time_step, step, lambda: None, repeats=1)
+    except Exception:
+        first = float("nan")
+    if first / STEP_S > high:
+        said = (
+            f"on a synchronous step (its work done inside each call) whose first "
+            f"{SLOW_CALLS} calls take {SLOW_S * 1e3:.0f} ms more, timed with "
+            f"warmup={TIMER_WARMUP}, repeats=1, your timer read {first * 1e3:.4g} ms in "
+            f"{calls[0]} calls to step()"
+        )
+        if calls[0] == TIMER_WARMUP + 1:
+            return (
+                f"{said}: the warm-up calls were timed as samples. Time only the `repeats` "
+                "calls that come after the warm-up"
+            )
+        fix = (
+            "call step() `warmup` times (the argument, not a fixed count) before timing"
+            if calls[0] < TIMER_WARMUP + 1
+            else "time only the `repeats` calls that come after the `warmup` ones"
+        )
+        return f"{said}, not {TIMER_WARMUP + 1}: a call that pays the one-off cost was timed; {fix}"
     return (
         f"right with {TIMER_REPEATS} repeats, wrong with {SHORT_REPEATS}: compare your samples "
         "with the section on synchronised timing, and time a steady step with repeats=1"
     )
+
+
+def calls_diagnosis(n: int, time_step: Callable) -> tuple[bool, str]:
+    """Whether the number of calls to step() follows `warmup` and `repeats`, one for one.
+    The graded run made `n` calls for warmup=TIMER_WARMUP, repeats=TIMER_REPEATS; when that is
+    not their sum, the same timer runs twice more on a steady step, once with fewer repeats
+    and once with a shorter warm-up, and the argument whose change does not change the count
+    one for one is named. A fixed number of extra calls (a calibration call) is the timer's
+    own business and passes."""
+    asked = TIMER_WARMUP + TIMER_REPEATS
+    said = f"step() called {n} times for warmup={TIMER_WARMUP}, repeats={TIMER_REPEATS}"
+    if n == asked:
+        return True, said
+    counts = {}
+    for warmup, repeats in ((TIMER_WARMUP, SHORT_REPEATS), (PROBE_WARMUP, TIMER_REPEATS)):
+        step, synchronize = make_async_step(STEP_S, 0, 0.0)
+        step, calls = counted(step)
+        try:
+            time_step(step, synchronize, warmup=warmup, repeats=repeats)
+        except Exception:
+            pass  # the count so far is what the probe needs
+        synchronize()
+        counts[warmup, repeats] = calls[0]
+    with_repeats = n - counts[TIMER_WARMUP, SHORT_REPEATS]
+    with_warmup = n - counts[PROBE_WARMUP, TIMER_REPEATS]
+    follows_repeats = with_repeats == TIMER_REPEATS - SHORT_REPEATS
+    follows_warmup = with_warmup == TIMER_WARMUP - PROBE_WARMUP
+    said += (
+        f", {counts[TIMER_WARMUP, SHORT_REPEATS]} for repeats={SHORT_REPEATS}, "
+        f"{counts[PROBE_WARMUP, TIMER_REPEATS]} for warmup={PROBE_WARMUP}"
+    )
+    if follows_repeats and follows_warmup:
+        return True, f"{said}: the count follows both arguments"
+    faults = []
+    if not follows_warmup:
+        faults.append(
+            (
+                "your timer ignores `warmup`"
+                if with_warmup == 0
+                else "the count does not follow `warmup` one for one"
+            )
+            + ": call step() `warmup` times before timing (the argument, not a fixed count)"
+        )
+    if not follows_repeats:
+        faults.append(
+            (
+                "your timer ignores `repeats`"
+                if with_repeats == 0
+                else "the count does not follow `repeats` one for one"
+            )
+            + ": take `repeats` samples (the argument, not a fixed count)"
+        )
+    return False, f"{said}: {'; '.join(faults)}"
