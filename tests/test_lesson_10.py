@@ -7,6 +7,8 @@ the interleaved timing with a stub, so the file stays short on a loaded 2-core m
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -362,6 +364,44 @@ def test_colleague_evaluate_shows_its_symptoms_and_the_check_names_each_fault():
         finally:
             torch.set_grad_enabled(True)
         assert found.status == "failed" and said in found.message, (name, found.message)
+
+
+def test_evaluate_check_names_only_the_module_types_that_ran_in_train_mode():
+    """Dropout put in eval mode alone: the forward pre-hooks see only BatchNorm training."""
+
+    def dropout_only(model, x, y, batch_size=256):
+        for m in model.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.eval()
+        out = evaluate_with(torch.no_grad, eval_mode=False)(model, x, y, batch_size)
+        model.train()
+        return out
+
+    accuracy = part(lesson.check_evaluate, dropout_only, "accuracy")
+    assert accuracy.status == "failed" and "BatchNorm" in accuracy.message
+    assert "Dropout" not in accuracy.message
+
+
+def test_evaluate_check_fails_autograd_switched_on_for_a_no_grad_caller():
+    def back_to_true(model, x, y, batch_size=256):
+        torch.set_grad_enabled(False)
+        try:
+            return evaluate_with(contextlib.nullcontext)(model, x, y, batch_size)
+        finally:
+            torch.set_grad_enabled(True)
+
+    off = part(lesson.check_evaluate, back_to_true, "autograd left off")
+    assert off.status == "failed" and "torch.no_grad()" in off.message
+    assert part(lesson.check_evaluate, back_to_true, "autograd left on").status == "passed"
+
+
+def test_evaluate_check_requires_a_python_float_not_a_tensor():
+    def tensor(model, x, y, batch_size=256):
+        return torch.tensor(evaluate_with(torch.no_grad)(model, x, y, batch_size))
+
+    assert part(lesson.check_evaluate, tensor, "accuracy").status == "passed"
+    number = part(lesson.check_evaluate, tensor, "a Python float")
+    assert number.status == "failed" and "torch.Tensor" in number.message
 
 
 def test_evaluate_check_reports_not_attempted_and_refuses_the_reference():

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import numbers
 
 import torch
 
@@ -248,7 +250,8 @@ def check_evaluate(evaluate) -> list:
     buffers = {k: v.clone() for k, v in model.state_dict().items() if "running" in k}
     result: list = []
     grad_was = torch.is_grad_enabled()
-    saved = activation_bytes(lambda: result.append(evaluate(model, x, y, 64)))
+    with _training_seen(model) as training:  # which module types ran in train mode
+        saved = activation_bytes(lambda: result.append(evaluate(model, x, y, 64)))
     grad_after = torch.is_grad_enabled()
     torch.set_grad_enabled(grad_was)  # the rest of the check, and the notebook, need it back
     got = result[0]
@@ -256,22 +259,33 @@ def check_evaluate(evaluate) -> list:
         k for k, v in model.state_dict().items() if k in buffers and not torch.equal(v, buffers[k])
     ]
     parts = [at_most("nothing saved for backward", saved, 0, "bytes autograd saved", unit=" B")]
-    ok = isinstance(got, float | int | torch.Tensor) and abs(float(got) - expected) < 1e-6
-    cause = ""
-    if moved:
-        cause = (
-            "; BatchNorm updated its running statistics from the validation data and Dropout "
-            "dropped units: the model was in train mode (call model.eval())"
-        )
-    elif not ok:
-        cause = _accuracy_cause(got, model, x, y, 64)
+    number = isinstance(got, numbers.Real) and not isinstance(got, bool)
+    ok = isinstance(got, numbers.Real | torch.Tensor) and abs(float(got) - expected) < 1e-6
+    cause = _train_mode_cause(training, moved) or (
+        "" if ok else _accuracy_cause(got, model, x, y, 64)
+    )
     said = f"you measured {got!r}, eval mode gives {expected:.4f}{cause}"
     parts.append(correct("accuracy", ok, said))
+    kind = type(got).__module__ + "." + type(got).__qualname__
+    parts.append(
+        correct(
+            "a Python float",
+            number,
+            "evaluate returns a Python number"
+            if number
+            else f"evaluate returns a {kind}, not a Python float: the exercise asks for a float",
+        )
+    )
     parts.append(_modes_part("mode restored", model, training=True))
     model.eval()
     evaluate(model, x, y, 64)
     torch.set_grad_enabled(grad_was)
     parts.append(_modes_part("eval mode kept", model, training=False))
+    model.train()
+    with torch.no_grad():  # a caller with autograd already off must find it off afterwards
+        evaluate(model, x, y, 64)
+        off_kept = not torch.is_grad_enabled()
+    torch.set_grad_enabled(grad_was)
     frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
     said = f"{len(frozen)} parameters no longer require grad" if frozen else "all still do"
     parts.append(correct("still trainable", not frozen, f"after evaluate: {said}"))
@@ -285,7 +299,58 @@ def check_evaluate(evaluate) -> list:
             "is False): switch it off only inside a `with torch.inference_mode():` block",
         )
     )
+    parts.append(
+        correct(
+            "autograd left off",
+            off_kept,
+            "called under torch.no_grad(), autograd is still off after evaluate, as before"
+            if off_kept
+            else "called under torch.no_grad() (autograd off), evaluate returns with autograd "
+            "ON: it switched autograd on instead of putting back the state it found",
+        )
+    )
     return parts
+
+
+@contextlib.contextmanager
+def _training_seen(model):
+    """The module types (BatchNorm, Dropout) that ran a forward in train mode meanwhile: a
+    forward pre-hook on each records module.training, so a message names only those."""
+    seen: set[str] = set()
+    kinds = {"BatchNorm": torch.nn.modules.batchnorm._BatchNorm, "Dropout": torch.nn.Dropout}
+
+    def hook(kind):
+        return lambda module, args: seen.add(kind) if module.training else None
+
+    handles = [
+        m.register_forward_pre_hook(hook(kind))
+        for m in model.modules()
+        for kind, cls in kinds.items()
+        if isinstance(m, cls)
+    ]
+    try:
+        yield seen
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _train_mode_cause(training: set[str], moved: list[str]) -> str:
+    """What ran in train mode, as the hooks and the running buffers confirmed it."""
+    said = []
+    if "BatchNorm" in training or moved:
+        said.append("BatchNorm updated its running statistics from the validation data")
+    if "Dropout" in training:
+        said.append("Dropout dropped units")
+    if not said:
+        return ""
+    which = " and ".join(said)
+    if len(said) == 2:
+        return f"; {which}: the model was in train mode (call model.eval())"
+    return (
+        f"; {which}: it ran in train mode though other submodules were in eval mode "
+        "(model.eval() sets every submodule)"
+    )
 
 
 EVAL_ROWS = 7 * 64 + 13
