@@ -222,6 +222,7 @@ TECHNIQUES = (
         "y = F.scaled_dot_product_attention(q, k, v, is_causal=True)",
         "every transformer: fused kernels, no T x T scores in memory on GPUs",
         ALL_CLASSES,
+        effect="SDPA",
     ),
     Technique(
         "sequence packing",
@@ -230,6 +231,7 @@ TECHNIQUES = (
         "pack documents into fixed-length rows with a block-diagonal causal mask",
         "mixed-length documents: no compute spent on padding",
         ALL_CLASSES,
+        effect="packing documents",
     ),
     Technique(
         "FSDP2 sharding",
@@ -238,6 +240,7 @@ TECHNIQUES = (
         "for block in model.blocks: fully_shard(block); fully_shard(model)",
         "a model whose parameters, gradients and optimizer state do not fit one device",
         ALL_CLASSES,
+        effect="FSDP2 sharding",
     ),
 )
 

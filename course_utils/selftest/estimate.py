@@ -92,6 +92,7 @@ CPU_RATIO: dict[str, tuple[float, float]] = {
     "09": (0.99, 0.45),
     "10": (0.82, 1.9),
     "11": (1.12, 1.0),
+    "12": (1.73, 0.53),
 }
 BUDGET_QUICK_S, BUDGET_FAST_GPU_S, BUDGET_S = 60.0, 120.0, 300.0
 FAST_GPUS = ("A100", "H100", "H200", "GH200", "B200")
@@ -138,6 +139,12 @@ COSTS = {
     "08": NotebookCost(Cost(10, 1_200, 6), Cost(30, 3_200, 8), "8 RNN runs of 150 / 400 steps"),
     "09": NotebookCost(Cost(300, 120, 10), Cost(3_000, 300, 12), "ResNet-9 eval at 16 / 64"),
     "10": NotebookCost(Cost(5, 600, 33), Cost(20, 2_000, 90), "profiled Python loops: host-bound"),
+    "12": NotebookCost(
+        Cost(130, 200, 15),
+        Cost(2_500, 300, 110),
+        "TinyGPT steps (FlopCounterMode: 0.70 GFLOP at 8 x 128 quick, 20.1 at 16 x 256 full), "
+        "padded and packed epochs, three-way precision rounds; full compiles a block (Inductor)",
+    ),
 }  # "11": course_utils/lessons/capstone/selftest.py COST, counted from the capstone's sizes
 
 

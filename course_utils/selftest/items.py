@@ -25,6 +25,7 @@ LESSONS = {
     "09": ("09_no_bias_before_bn", "bn_bias"),
     "10": ("10_habits", "habits"),
     "11": ("11_capstone", "capstone"),
+    "12": ("12_transformers", "transformers"),
 }
 CHECK, EFFECT = "check", "effect"
 

@@ -1,0 +1,252 @@
+"""Lesson 12's checks on attention and compile: causal attention by SDPA equal to the
+hand-written one without its T x T memory, and a colleague's block rid of its graph break.
+The packing check is in pack_check.py. THRESHOLDS hold every number they compare against."""
+
+from __future__ import annotations
+
+import torch
+
+from ...checks import Threshold, at_most, check, correct, not_applicable
+from ...guards import _as_learner
+from ...memory import tensor_peak_bytes
+from .attention import naive_attention, qkv, random_docs, score_bytes
+from .compiling import block_input, block_pair, graphs_of
+from .reference import ReferenceBlock
+
+THRESHOLDS = {
+    "attn_atol": Threshold(
+        1e-5,
+        "max |answer - naive_attention| in float32 over the check's 4 probes (T 37 and 129, D "
+        "20 and 24, with and without documents): SDPA 4.8e-7 (reference, float additive mask, "
+        "segment ids by cumsum); 3.6e-7 to 7.7e-7 at T 77-1024 in the notebook and by hand "
+        "(cpu-bf16, torch 2.14, deterministic). Wrong answers: ignoring documents 2.9-3.2, not "
+        "causal 2.5-3.0, scale 1 instead of 1/sqrt(D) 2.0-2.6",
+        measured_on=("cpu-bf16",),
+    ),
+    "grad_atol": Threshold(
+        1e-4,
+        "max |gradient - naive_attention's gradient| over q, k and v, float32, the check's "
+        "probes: SDPA 1.9e-6 to 2.4e-6 (cpu-bf16, torch 2.14, deterministic)",
+        measured_on=("cpu-bf16",),
+    ),
+    "memory_share": Threshold(
+        0.5,
+        "peak bytes of the tensors the attention allocates (cu.tensor_peak_bytes), as a share "
+        "of one float32 (B, H, T, T) score matrix, at B 2, H 8, T 512, D 8: naive_attention "
+        "2.02 (scores and their softmax); SDPA with is_causal 0.018; with one (B, 1, T, T) "
+        "boolean mask 0.22 (the mask, its parts, and the float copy the CPU kernel makes of it: "
+        "aten.where seen by a dispatch mode); a float additive (B, 1, T, T) mask 0.31; the mask "
+        "copied for every head 1.30 (cpu-bf16, torch 2.14, deterministic)",
+        measured_on=("cpu-bf16",),
+    ),
+    "rms_rtol": Threshold(
+        1e-5,
+        "relative difference of the recorded statistic, colleague's .item() against a tensor "
+        "kept on the device: 0 to 1e-7 (float32, cpu-bf16)",
+        measured_on=("cpu-bf16",),
+    ),
+    "block_atol": Threshold(
+        1e-6,
+        "max |output - colleague's output|, same weights, float32: 0 when only the statistic's "
+        "recording changes (cpu-bf16, torch 2.14)",
+        measured_on=("cpu-bf16",),
+    ),
+}
+HINTS = {
+    "attention": "Reread section 2: compare your output with lesson.naive_attention on a short "
+    "odd length, with and without doc_ids, and read what SDPA's documentation says about "
+    "is_causal and attn_mask together, and about which shapes a mask may have.",
+    "graph_break": "Reread section 4: run torch._dynamo.explain on your block and read the "
+    "reason and the line of each break; the dashboard needs last_rms as a number only when it "
+    "reads it.",
+}
+_run = _as_learner(lambda fn, *args: fn(*args))
+
+# (B, H, T, D, documents per row or 0): odd lengths, head dims that are not powers of two
+SHAPES = [(3, 2, 37, 24, 0), (1, 5, 129, 20, 0), (3, 2, 37, 24, 4), (2, 3, 129, 20, 7)]
+MEMORY_SHAPE = (2, 8, 512, 8)
+
+
+def _variants(q, k, v, doc_ids) -> dict[str, torch.Tensor]:
+    """Outputs of the mistakes a probe can tell apart, each one computed exactly."""
+    T, D = q.shape[-2], q.shape[-1]
+    s = q @ k.transpose(-2, -1)
+    keep = torch.ones(T, T, dtype=torch.bool).tril()
+    same = None if doc_ids is None else doc_ids[:, None, :, None] == doc_ids[:, None, None, :]
+    right = keep if same is None else keep & same
+
+    def attend(scores, allowed):
+        return torch.softmax(scores.masked_fill(~allowed, float("-inf")), -1) @ v
+
+    out = {
+        "not causal: each token sees the tokens after it": attend(
+            s / D**0.5, torch.ones_like(keep) if same is None else same
+        ),
+        "scaled by 1 instead of 1/sqrt(head dim)": attend(s, right),
+        "a float mask of 1s and 0s is added to the scores (a float attn_mask is added; a "
+        "boolean one selects)": torch.softmax(s / D**0.5 + right.float(), -1) @ v,
+    }
+    inverted = attend(s / D**0.5, ~right).nan_to_num(0.0)  # SDPA gives 0 where nothing may attend
+    out["the mask is inverted: in a boolean attn_mask, True means 'takes part in attention'"] = (
+        inverted
+    )
+    if same is not None:
+        out["attends across documents: doc_ids are ignored"] = attend(s / D**0.5, keep)
+    return out
+
+
+def _probe(fn, B, H, T, D, n_docs, seed) -> tuple[list, float, float]:
+    q, k, v = (t.requires_grad_() for t in qkv(B, H, T, D, seed=seed))
+    doc_ids = random_docs(B, T, n_docs, seed=seed) if n_docs else None
+    label = f"B={B}, H={H}, T={T}, D={D}" + (f", {n_docs} documents per row" if n_docs else "")
+    got = fn(q, k, v, doc_ids)
+    want = naive_attention(q, k, v, doc_ids)
+    if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+        shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+        return [f"{label}: returned {shape}, expected {tuple(want.shape)} (B, H, T, D)"], 0.0, 0.0
+    err = (got.detach() - want.detach()).abs().max().item()
+    if err > THRESHOLDS["attn_atol"].value:
+        if torch.isnan(got).any():
+            return (
+                [
+                    f"{label}: the output has NaN: some query may attend to no key at all (in a "
+                    "boolean attn_mask, True means 'takes part in attention')"
+                ],
+                err,
+                0.0,
+            )
+        again = fn(*(t.detach() for t in (q, k, v)), doc_ids)
+        if not torch.equal(again, got.detach()):
+            return (
+                [
+                    f"{label}: two calls on the same input give different outputs: it is "
+                    "random (dropout_p above 0?)"
+                ],
+                err,
+                0.0,
+            )
+        causes = [
+            name
+            for name, out in _variants(q.detach(), k.detach(), v.detach(), doc_ids).items()
+            if (got.detach() - out).abs().max().item() <= THRESHOLDS["attn_atol"].value
+        ]
+        why = causes[0] if causes else "it matches none of the mistakes the check knows"
+        return [f"{label}: differs from naive_attention by {err:.2g}: {why}"], err, 0.0
+    if not got.requires_grad:
+        return (
+            [f"{label}: the output does not require grad: training cannot learn through it"],
+            err,
+            0.0,
+        )
+    g = torch.randn_like(want)
+    mine = torch.autograd.grad(got, (q, k, v), g)
+    ref = torch.autograd.grad(want, (q, k, v), g)
+    gerr = max((a - b).abs().max().item() for a, b in zip(mine, ref, strict=True))
+    if gerr > THRESHOLDS["grad_atol"].value:
+        return [f"{label}: gradients differ from naive_attention's by {gerr:.2g}"], err, gerr
+    return [], err, gerr
+
+
+def _memory(fn, with_docs: bool):
+    B, H, T, D = MEMORY_SHAPE
+    q, k, v = qkv(B, H, T, D, seed=3)
+    doc_ids = random_docs(B, T, 5, seed=3) if with_docs else None
+    peak = tensor_peak_bytes(lambda: fn(q, k, v, doc_ids))
+    share = peak / score_bytes(B, H, T)
+    what = (
+        f"peak tensor bytes at B={B}, H={H}, T={T}, D={D}"
+        + (" with documents" if with_docs else "")
+        + f": {peak / 2**20:.2f} MiB, as a share of one float32 (B, H, T, T) score matrix"
+    )
+    part = at_most(
+        "memory" + (" with documents" if with_docs else ""),
+        share,
+        THRESHOLDS["memory_share"].value,
+        what,
+    )
+    if part.status == "failed":
+        part.message += (
+            ": your attention holds memory on the scale of the T x T scores, as the "
+            "hand-written one does (section 2 measures both)"
+        )
+    return part
+
+
+@check("12-sdpa-attention", points=2, hint=HINTS["attention"])
+def check_attention(causal_attention):
+    problems, worst, gworst = [], 0.0, 0.0
+    for seed, shape in enumerate(SHAPES):
+        found, err, gerr = _probe(causal_attention, *shape, seed=seed)
+        problems += found
+        worst, gworst = max(worst, err), max(gworst, gerr)
+    parts = [
+        correct(
+            "same as naive_attention",
+            not problems,
+            f"outputs within {worst:.2g} and gradients within {gworst:.2g} of the hand-written "
+            f"attention over {len(SHAPES)} probes (odd T, D 20 and 24, B up to 3, with and "
+            "without documents)"
+            if not problems
+            else "; ".join(problems[:3]),
+            value=worst,
+            threshold=THRESHOLDS["attn_atol"].value,
+            better="lower",
+        )
+    ]
+    if problems:
+        return parts + [not_applicable("memory", "not measured: fix the outputs first")]
+    return parts + [_memory(causal_attention, False), _memory(causal_attention, True)]
+
+
+# --- exercise 3: the graph break ---------------------------------------------------------------
+
+
+def _number(value) -> float | None:
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return float(value.detach())
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+@check("12-graph-break", points=2, hint=HINTS["graph_break"])
+def check_graph_break(block_cls):
+    run = (lambda fn, *a: fn(*a)) if block_cls is ReferenceBlock else _run
+    colleague, mine = block_pair(block_cls)
+    x = block_input()
+    want = colleague(x)
+    got = run(mine, x)
+    err = (got - want).abs().max().item()
+    parts = [
+        at_most(
+            "same output",
+            err,
+            THRESHOLDS["block_atol"].value,
+            "max |yours - colleague's|, same weights",
+        )
+    ]
+    stat, kept = _number(colleague.last_rms), getattr(mine, "last_rms", None)
+    value = _number(kept)
+    if value is None:
+        msg = f"last_rms is {type(kept).__name__}: the dashboard reads a number (or a one-element tensor) there"
+        parts.append(correct("statistic kept", False, msg))
+    else:
+        rel = abs(value - stat) / abs(stat)
+        holds = isinstance(kept, torch.Tensor) and kept.requires_grad
+        ok = rel <= THRESHOLDS["rms_rtol"].value and not holds
+        msg = f"last_rms is {value:.6g}, the colleague's {stat:.6g}" + (
+            "; it requires grad, so it keeps this step's whole autograd graph (activations "
+            "included) alive until the next forward"
+            if holds
+            else ""
+        )
+        parts.append(correct("statistic kept", ok, msg))
+    g = run(graphs_of, mine, x)
+    one = g.graphs == 1 and g.breaks == 0 and g.ops > 0
+    why = f"{g.graphs} graph(s), {max(g.breaks, 0)} break(s), {g.ops} ops captured"
+    if g.reasons:
+        why += f"; first break at {g.reasons[0]}"
+    elif g.graphs == 0 or g.ops == 0:
+        why += ": TorchDynamo captured nothing (is the forward excluded from compilation?)"
+    parts.append(
+        correct("one graph", one, why + " (TorchDynamo's default settings)", value=g.graphs)
+    )
+    return parts
