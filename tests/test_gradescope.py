@@ -608,8 +608,8 @@ def test_the_readme_names_every_notebook_whose_speed_gradescope_does_not_grade()
     timed = set()
     for sol in sorted((ROOT / "solutions").glob("*.ipynb")):
         found = re.search(r"from course_utils\.lessons import (\w+)", sol.read_text())
-        checks = ROOT / "course_utils" / "lessons" / found[1] / "checks.py"
-        if re.search(r"\bat_least\(|timed=True", checks.read_text()):
+        package = ROOT / "course_utils" / "lessons" / found[1]  # checks may live beside checks.py
+        if any(re.search(r"\bat_least\(|timed=True", f.read_text()) for f in package.glob("*.py")):
             timed.add(sol.stem[:2])
     section = (ROOT / "README.md").read_text().split("## Gradescope", 1)[1].split("\n## ")[0]
     text = " ".join(section.split())

@@ -352,7 +352,8 @@ ROUNDS = ("06_ddp", "10_habits")
 
 
 def effect_calls() -> dict[str, dict]:
-    """Each solution notebook's cu.effect call: {notebook: {keyword: its source}}."""
+    """Each solution notebook's cu.effect calls: {notebook: {keyword: its source}}; a notebook's
+    second and later calls (lesson 12 reports three techniques) are keyed "<notebook>#2", ..."""
     import ast
     from pathlib import Path
 
@@ -364,8 +365,11 @@ def effect_calls() -> dict[str, dict]:
             for node in ast.walk(ast.parse(cell.source)):
                 func = getattr(node, "func", None)
                 if isinstance(func, ast.Attribute) and func.attr == "effect":
-                    assert path.stem not in calls, f"{path.stem}: more than one cu.effect call"
-                    calls[path.stem] = {
+                    key, n = path.stem, 1
+                    while key in calls:
+                        n += 1
+                        key = f"{path.stem}#{n}"
+                    calls[key] = {
                         k.arg: ast.get_source_segment(cell.source, k.value) for k in node.keywords
                     }
     return calls
