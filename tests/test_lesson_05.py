@@ -533,13 +533,15 @@ def test_count_graphs_compiles_once_per_shape_without_dynamic_shapes():
     assert not static.hit_limit
 
 
-def test_count_graphs_says_when_the_recompile_limit_sent_shapes_to_eager(monkeypatch):
+def test_count_graphs_says_when_the_recompile_limit_sent_shapes_to_eager():
     import torch._dynamo
 
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
+    # config.patch, not monkeypatch: pytest undoes a setattr on a module with delattr,
+    # which hides a dynamo config entry for the rest of the session.
     inputs = [torch.randn(n, 4) for n in (2, 3, 4, 5)]
-    capped = lesson.count_graphs(torch.nn.functional.relu, inputs, dynamic=False)
-    assert (capped.graphs, capped.hit_limit) == (2, True)
+    with torch._dynamo.config.patch(recompile_limit=2):
+        capped = lesson.count_graphs(torch.nn.functional.relu, inputs, dynamic=False)
+        assert (capped.graphs, capped.hit_limit) == (2, True)
 
 
 @pytest.fixture

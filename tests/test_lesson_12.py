@@ -416,11 +416,13 @@ def test_graph_break_check_fails_wrong_blocks_naming_the_cause(cls, cause):
     assert cause in exc.summary, exc.summary
 
 
-def test_graph_break_check_counts_graphs_with_dynamos_defaults(monkeypatch):
+def test_graph_break_check_counts_graphs_with_dynamos_defaults():
     import torch._dynamo
 
-    monkeypatch.setattr(torch._dynamo.config, "capture_scalar_outputs", True)
-    assert "1 break(s)" in failure(lesson.check_graph_break, lesson.ColleagueBlock).summary
+    # config.patch, not monkeypatch: pytest undoes a setattr on a module with delattr,
+    # which hides a dynamo config entry for the rest of the session.
+    with torch._dynamo.config.patch(capture_scalar_outputs=True):
+        assert "1 break(s)" in failure(lesson.check_graph_break, lesson.ColleagueBlock).summary
 
 
 def test_graph_break_check_reports_not_attempted():

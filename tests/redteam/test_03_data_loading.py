@@ -314,7 +314,7 @@ def test_fast_loader(fn, expected, cause, not_causes):
 def test_fast_loader_every_cpu_but_one_depends_on_the_cores():
     """Every usable CPU but one gives 2 workers from 3 CPUs on: valid. On 2 CPUs it gives 1,
     and one worker cannot speed up the check's epoch, which only loads (0.9x measured against
-    1.46x required on an idle 2-core machine): where two cores are free the sweep the notebook
+    1.2x or more required on an idle 2-core machine): where two cores are free the sweep the notebook
     asks for shows 2 faster, so the speed part fails it and says why; where they are not, the
     speed part is not timed and the loader passes (README: 03-fast-loader)."""
     verdict = run_check(lesson.check_fast_loader, fast_usable_cpus)

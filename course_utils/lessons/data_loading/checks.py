@@ -73,12 +73,19 @@ THRESHOLDS = {
     "speedup": Threshold(
         1.5,
         "2 workers over num_workers=0 on decode-heavy data: 1.55-1.72x on an idle 2-core CPU "
-        "(measured for the previous version of this check, n=8); scaled down to 1 + half the "
-        "measured parallel gain when two threads run 1.5-2x as fast as one",
+        "(measured for the previous version of this check, n=8); scaled down to 1 + 0.3 of the "
+        "measured parallel gain (GAIN_SHARE) when two threads run 1.5-2x as fast as one",
         measured_on=("cpu-bf16",),
     ),
     **NORMALISE_THRESHOLDS,  # exercise 4, check 03-normalise (normalise_check.py)
 }
+
+# What share of the two-thread gain two workers must show. Valid loaders reached 0.45-0.95 of it:
+# 1.42-1.71x beside 1.74-1.90x on an idle 2-core dev machine (2026-12-03, n=6), and
+# 1.31x beside 1.69x, four attempts in a row, on the 2-core CI machine, whose shorter epoch
+# (0.20 s) gives the workers' start-up and hand-off a larger share. One worker measures 0.9x and
+# no workers 1.0x: both stay below 1 + 0.3 of any gain of at least 0.5.
+GAIN_SHARE = 0.3
 
 # --- exercise 1: is the step data-bound? ------------------------------------------------------
 
@@ -206,7 +213,7 @@ def _speed_part(make_loader: Callable, device: torch.device):
     loader, baseline, runs = make_loader(dataset, BATCH, device), plain_loader(dataset, BATCH), []
 
     def needed(parallel: float) -> float:
-        return min(expected, 1 + 0.5 * (parallel - 1))  # two workers reach ~70% of the gain
+        return min(expected, 1 + GAIN_SHARE * (parallel - 1))
 
     def measure() -> float:
         if runs:
