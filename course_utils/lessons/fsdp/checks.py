@@ -13,11 +13,12 @@ import math
 import statistics
 from collections.abc import Mapping
 
-from ...checks import Part, at_most, check, correct
+from ...checks import Part, at_most, check, correct, not_applicable
 from . import specimens
 from .diagnose import named_cause, variants
 from .model import STRATEGIES
 from .options import PLANS, plan_name
+from .peak import cpu_counter_reason
 from .plans import MODELS, SCENARIOS, WORLD, Scenario, budget, needs, start_timing, timings
 from .sharding import PREDICTING
 from .thresholds import THRESHOLDS
@@ -128,6 +129,8 @@ def _mib(b: float) -> str:
 
 
 def _judge_plans(choose_plan) -> list[Part]:
+    if cpu_counter_reason():  # the needs are measured on the CPU's allocator
+        return [not_applicable("every scenario", cpu_counter_reason())]
     spec, optimizer, batch = MODELS[SCENARIOS[0][1]]
     # an unwritten answer raises here, before anything is measured (the answer is not kept)
     choose_plan(Scenario(spec.build(), optimizer, spec.batch(batch, seed=100), WORLD, 2**40))

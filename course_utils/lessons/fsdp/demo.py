@@ -104,6 +104,8 @@ def plans_table(demo: Demo) -> str:
         "|---|---|---|---|---|---|",
     ]
     for plan, m in demo.plans.items():
+        if "peak" not in m:  # no allocator counter on this platform (peak.cpu_counter_reason)
+            m = {**m, "peak": float("nan"), **dict.fromkeys(KIND_NAMES, float("nan"))}
         held = sum(m[k] for k in KIND_NAMES)
         t = demo.median_s(plan)
         rows.append(
@@ -119,7 +121,7 @@ def plot_plans(demo: Demo, title: str = ""):
 
     names = list(PLANS)
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.2))
-    left.barh(names, [demo.plans[n]["peak"] / 2**20 for n in names], color="#4c72b0")
+    left.barh(names, [demo.plans[n].get("peak", 0) / 2**20 for n in names], color="#4c72b0")
     left.set_xlabel("peak MiB on the fullest rank")
     right.barh(names, [demo.median_s(n) * 1e3 for n in names], color="#dd8452")
     right.set_xlabel("ms per training step (median)")

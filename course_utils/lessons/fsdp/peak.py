@@ -45,6 +45,8 @@ def cpu_counter_reason() -> str:
 
 
 def in_use() -> int:
+    if _mallinfo2() is None:
+        raise RuntimeError(f"no CPU peak memory here: {cpu_counter_reason()}")
     info = _mallinfo2()()
     return info.uordblks + info.hblkhd
 
