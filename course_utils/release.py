@@ -4,8 +4,8 @@ What learners get: the learner copies of every notebook (built from solutions/ a
 assign` builds notebooks/, their Colab setup cell installing from `install_url`) and the
 `course_utils` package without the instructor's tools (grading/, report, headlines, the
 learner-path runner, this module, the lessons' selftests but those holding a notebook's run-time
-COST, lesson 06's solution scripts). In every copied module each top-level function or class
-that is a reference answer becomes `name = withheld("name")`, a placeholder that raises
+COST, the solution scripts of lessons 06 and 13). In every copied module each top-level function
+or class that is a reference answer becomes `name = withheld("name")`, a placeholder that raises
 ReferenceWithheld: a check that needs it says "graded by your instructor", a demo that would run
 it says why it stops and Run All goes on (course_utils.skipping). `course grade`, `selftest`,
 `report` and the Gradescope export run in the instructor's copy and keep the references.
@@ -36,6 +36,7 @@ LEFT_OUT = (  # relative to the package: instructor tools, and answers kept whol
     "learner_run.py",
     "release.py",
     "lessons/distributed/reference_scripts.py",
+    "lessons/fsdp/reference_scripts.py",
 )
 KEPT = frozenset({"ReferenceLAMB"})  # notebook 02's comparison optimizer, not an exercise's answer
 ANSWERS_UNPREFIXED = frozenset({"exact_break_even"})  # answers not named reference_*

@@ -93,6 +93,7 @@ CPU_RATIO: dict[str, tuple[float, float]] = {
     "10": (0.82, 1.9),
     "11": (1.12, 1.0),
     "12": (1.73, 0.53),
+    "13": (1.04, 0.68),
 }
 BUDGET_QUICK_S, BUDGET_FAST_GPU_S, BUDGET_S = 60.0, 120.0, 300.0
 FAST_GPUS = ("A100", "H100", "H200", "GH200", "B200")
@@ -144,6 +145,12 @@ COSTS = {
         Cost(2_500, 300, 110),
         "TinyGPT steps (FlopCounterMode: 0.70 GFLOP at 8 x 128 quick, 20.1 at 16 x 256 full), "
         "padded and packed epochs, three-way precision rounds; full compiles a block (Inductor)",
+    ),
+    "13": NotebookCost(
+        Cost(5, 150, 25),
+        Cost(10, 400, 45),
+        "one launch of 2 processes (4 plans, 3 strategies, 2 precision policies, a checkpoint; "
+        "3 timing rounds of 1 step quick, 7 of 3 full) and 4 pretend-world peaks: host-bound",
     ),
 }  # "11": course_utils/lessons/capstone/selftest.py COST, counted from the capstone's sizes
 

@@ -26,6 +26,7 @@ LESSONS = {
     "10": ("10_habits", "habits"),
     "11": ("11_capstone", "capstone"),
     "12": ("12_transformers", "transformers"),
+    "13": ("13_fsdp", "fsdp"),
 }
 CHECK, EFFECT = "check", "effect"
 

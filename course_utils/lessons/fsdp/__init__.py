@@ -1,0 +1,69 @@
+"""Lesson 13: sharding with FSDP2. The models (model), each strategy applied and what a rank
+holds (sharding), peaks (peak), all-gathers counted (collectives), torchrun from a notebook
+(launch) and its entry point (worker: options, extras, shard_probe), the demos (demo); answers
+in reference and reference_scripts; checks in checks and shard_check (thresholds in thresholds, exercise 2's scenarios in plans)."""
+
+from .checks import THRESHOLDS, check_plan, check_predict
+from .demo import (
+    Demo,
+    checkpoint_summary,
+    demo_setup,
+    example_scenario,
+    holdings_table,
+    mixed_precision_table,
+    on_gpus,
+    plans_table,
+    plot_plans,
+    run_demo,
+    workdir,
+)
+from .model import OPTIMIZERS, STRATEGIES, Block, Net, Spec, make_optimizer
+from .options import PLANS, interleaved
+from .plans import Scenario
+from .reference import reference_choose_plan, reference_predict_bytes
+from .shard_check import check_shard
+from .sharding import (
+    Holdings,
+    fake_peak,
+    holdings,
+    measured_holdings,
+    shard_blocks,
+    storage_bytes,
+    wrap,
+)
+
+__all__ = [
+    "OPTIMIZERS",
+    "PLANS",
+    "STRATEGIES",
+    "THRESHOLDS",
+    "Block",
+    "Demo",
+    "Holdings",
+    "Net",
+    "Scenario",
+    "Spec",
+    "check_plan",
+    "check_predict",
+    "check_shard",
+    "checkpoint_summary",
+    "demo_setup",
+    "example_scenario",
+    "fake_peak",
+    "holdings",
+    "holdings_table",
+    "interleaved",
+    "make_optimizer",
+    "mixed_precision_table",
+    "measured_holdings",
+    "on_gpus",
+    "plans_table",
+    "plot_plans",
+    "reference_choose_plan",
+    "reference_predict_bytes",
+    "run_demo",
+    "shard_blocks",
+    "storage_bytes",
+    "workdir",
+    "wrap",
+]

@@ -1,0 +1,97 @@
+"""Run in each process of exercise 3's launch: import the learner's `shard_model`, apply it to
+a fresh model, train a few steps on this rank's half of each global batch, and compare with
+one process training the same model on the whole batches. Also counts the all-gathers of one
+step, the largest, and the bytes of parameters this rank holds."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from . import collectives
+from .model import Spec, loss_of, make_optimizer, trainable
+from .sharding import local, storage_bytes
+
+SPEC = Spec(width=48, depth=3, classes=5, seed=7)
+STEPS, GLOBAL_BATCH = 3, 16
+
+
+def _global_batches(device):
+    x, y = SPEC.batch(STEPS * GLOBAL_BATCH, seed=11)
+    return [(x[i : i + GLOBAL_BATCH].to(device), y[i : i + GLOBAL_BATCH].to(device))
+            for i in range(0, len(x), GLOBAL_BATCH)]  # fmt: skip
+
+
+def _one_process(batches) -> list[torch.Tensor]:
+    model = SPEC.build().to(batches[0][0].device)
+    opt = make_optimizer("momentum", trainable(model), lr=0.1)
+    for batch in batches:
+        loss_of(model, batch).backward()
+        opt.step()
+        opt.zero_grad()
+    return [p.detach() for p in model.parameters()]
+
+
+def _full(p: torch.Tensor) -> torch.Tensor:
+    return p.full_tensor() if hasattr(p, "full_tensor") else p
+
+
+def grade_file(path: Path, device) -> dict:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mine: dict = {"exception": None}
+    spec = importlib.util.spec_from_file_location(f"learner_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    model = SPEC.build()
+    try:
+        spec.loader.exec_module(module)
+        returned = module.shard_model(model)
+        model = returned if isinstance(returned, nn.Module) else model
+    except Exception as exc:  # the learner's code: reported, not raised
+        mine["exception"] = {"type": type(exc).__name__, "message": str(exc)[:300]}
+    everyone = [None] * world
+    dist.all_gather_object(everyone, mine)
+    if any(r["exception"] for r in everyone):
+        return {"ranks": everyone}
+    model.to(device)
+    opt = make_optimizer("momentum", trainable(model), lr=0.1)  # linear in the gradient
+    batches = _global_batches(device)
+    share = GLOBAL_BATCH // world
+    for i, (x, y) in enumerate(batches):
+        if i == len(batches) - 1:
+            collectives.reset()
+        part = (x[rank * share : (rank + 1) * share], y[rank * share : (rank + 1) * share])
+        loss_of(model, part).backward()
+        opt.step()
+        opt.zero_grad()
+    counted = collectives.snapshot()
+    expected = _one_process(batches)
+    got = [_full(p).detach() for p in model.parameters()]
+    same = len(got) == len(expected) and all(
+        a.shape == b.shape for a, b in zip(got, expected, strict=False)
+    )
+    diff = (
+        max((a - b).abs().max().item() for a, b in zip(got, expected, strict=False))
+        if same
+        else math.inf
+    )
+    full_bytes = sum(p.numel() * p.element_size() for p in expected)
+    blocks = [
+        sum(p.numel() * p.element_size() for p in b.parameters()) for b in SPEC.build().blocks
+    ]
+    mine.update(
+        diff=diff,
+        scale=max(p.abs().max().item() for p in expected),
+        held=storage_bytes(local(p) for p in model.parameters()),
+        full=full_bytes,
+        largest_block=max(blocks),
+        gathers=counted["calls"],
+        largest_gather=counted["largest"],
+        same_shapes=same,
+    )
+    dist.all_gather_object(everyone, mine)
+    return {"ranks": everyone, "blocks": len(blocks)}

@@ -1,0 +1,278 @@
+"""Lesson 13's checks pass the reference answers and fail the mistakes a learner makes, with a
+message naming the cause where a probe confirms it.
+
+Exercise 1's check is deterministic (bytes of storages, on pretend worlds). Exercise 2's measures
+peaks the same way and times the plans in one launch on 2 processes, shared by every test here
+(plans.py caches it per process). Exercise 3's launches 2 processes per file: CI runs the
+reference and two mistakes; COURSE_TESTS=all runs the rest.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from check_helpers import failure, not_attempted, status_of
+
+from course_utils.authoring import learner_copy, read
+from course_utils.lessons import fsdp as lesson
+from course_utils.lessons.fsdp import collectives, plans, specimens
+from course_utils.lessons.fsdp.diagnose import variants
+from course_utils.lessons.fsdp.reference_scripts import SHARD
+from course_utils.lessons.fsdp.sharding import fake_world, wrap
+
+ALL = os.environ.get("COURSE_TESTS") == "all"
+NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "13_fsdp.ipynb"
+PREDICT = lesson.reference_predict_bytes.__wrapped__  # callable as a learner's answer
+CHOOSE = lesson.reference_choose_plan.__wrapped__
+
+
+def part(result, name: str):
+    return next(p for p in result.parts if p.name.startswith(name))
+
+
+# --- the lesson's pieces -----------------------------------------------------------------------
+
+
+def test_a_view_adds_no_bytes_and_a_dtensor_counts_its_local_shard():
+    t = torch.zeros(10, 4)
+    assert lesson.storage_bytes([t, t[2:], t.T]) == 160
+    with fake_world(1, 3):
+        model, _ = wrap(lesson.Spec(width=8, depth=1, classes=3).build(), "fsdp", "sgd",
+                        communicate=False)  # fmt: skip
+        head = model.head.weight  # 3 rows over 3 ranks: one row each
+        assert lesson.storage_bytes([head]) == 8 * 4
+
+
+def test_the_pretend_world_gives_each_rank_what_fsdp2_and_zero_give_it():
+    spec = lesson.Spec(width=33, depth=1, classes=3, frozen=0)
+    fsdp = lesson.measured_holdings(spec, "fsdp", "adam", 2)
+    # head (3, 33): rank 0 two rows, rank 1 one; Adam's moments follow, storage of params padded
+    assert fsdp[0].optimizer > fsdp[1].optimizer and fsdp[0].parameters == fsdp[1].parameters
+    zero = lesson.measured_holdings(spec, "zero1", "adam", 2)
+    assert zero[0].parameters == zero[1].parameters and zero[0].optimizer != zero[1].optimizer
+
+
+def test_keeping_gathered_parameters_saves_one_all_gather_per_block_in_backward():
+    collectives.install()
+    counts = {}
+    spec = lesson.Spec(width=16, depth=3, classes=4)
+    for reshard in (False, True):
+        with fake_world(0, 2):
+            model, opt = wrap(spec.build(), "fsdp", "sgd", reshard=reshard, communicate=False)
+            collectives.reset()
+            torch.nn.functional.cross_entropy(model(spec.batch(4)[0]), spec.batch(4)[1]).backward()
+            counts[reshard] = collectives.snapshot()["calls"]
+    assert counts[True] - counts[False] == 3  # every block but the root gathers again
+
+
+def test_the_notebooks_shard_cell_is_the_reference_script():
+    cell = next(c.source for c in read(NOTEBOOK).cells if c.source.startswith("%%writefile"))
+    body = cell.split("\n", 1)[1].splitlines()
+    kept = [line for line in body if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION")]
+    assert "\n".join(kept).strip() == SHARD.strip()
+
+
+# --- exercise 1: predict what each rank holds ---------------------------------------------------
+
+
+def test_the_reference_prediction_is_exact_on_every_specimen():
+    measured = lesson.checks.measured_specimens()
+    for case in specimens.CASES:
+        for strategy in lesson.STRATEGIES:
+            got = PREDICT(case.spec.build(), strategy, case.world, case.optimizer)
+            assert got == measured[case.name, strategy], (case.name, strategy)
+
+
+def test_predict_passes_the_reference_and_says_not_attempted_for_the_stub():
+    assert lesson.check_predict(PREDICT).status == "passed"
+    assert failure(lesson.check_predict, not_attempted).status == "not-attempted"
+
+
+def test_every_mistake_of_the_diagnosis_is_far_outside_the_slack():
+    """THRESHOLDS['bytes_rtol'] evidence: each mistake misses some specimen by >= 20%."""
+    measured = lesson.checks.measured_specimens()
+    worst: dict[str, float] = {}
+    for case in specimens.CASES:
+        for strategy in lesson.STRATEGIES:
+            truth = measured[case.name, strategy]
+            for cause, values in variants(measured, case, strategy).items():
+                for kind, v in values.items():
+                    off = abs(v - truth[kind]) / max(truth[kind], 1)
+                    worst[cause] = max(worst.get(cause, 0.0), off)
+    assert len(worst) == 6 and min(worst.values()) >= 0.2, worst
+
+
+def _mistake(**changes):
+    def predict(model, strategy, world_size, optimizer):
+        out = PREDICT(model, strategy, world_size, optimizer)
+        for key, fn in changes.items():
+            if key == strategy or key == "any":
+                out = fn(out, model, world_size, optimizer)
+        return out
+
+    return predict
+
+
+def _even_fsdp(out, model, world, optimizer):
+    params = list(model.parameters())
+    trained = [p for p in params if p.requires_grad]
+    nbytes = lambda ps: sum(p.numel() * p.element_size() for p in ps) / world  # noqa: E731
+    states = {"sgd": 0, "momentum": 1, "adam": 2}[optimizer]
+    step = 4 * len(trained) if optimizer == "adam" else 0
+    return {"parameters": nbytes(params), "gradients": nbytes(trained),
+            "optimizer": states * nbytes(trained) + step}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "answer, cause",
+    [
+        (_mistake(fsdp=_even_fsdp), "every rank gets exactly 1/world"),
+        (
+            _mistake(
+                zero1=lambda o, m, w, opt: {
+                    **o,
+                    "optimizer": PREDICT(m, "ddp", w, opt)["optimizer"] / w,
+                }
+            ),
+            "ZeRO-1 taken to split the state evenly",
+        ),  # fmt: skip
+        (
+            _mistake(
+                any=lambda o, m, w, opt: (
+                    {**o, "optimizer": o["optimizer"] / 2} if opt == "adam" else o
+                )
+            ),
+            "Adam taken to keep one state",
+        ),  # fmt: skip
+        (
+            _mistake(any=lambda o, m, w, opt: {**o, "gradients": o["parameters"]}),
+            "frozen parameters counted as trained",
+        ),  # fmt: skip
+    ],
+    ids=["even-split", "zero-even", "adam-one-state", "frozen-counted"],
+)
+def test_predict_fails_a_mistake_and_names_it_where_the_number_is_exactly_that_mistake(
+    answer, cause
+):
+    exc = failure(lesson.check_predict, answer)
+    assert exc.status == "failed"
+    assert cause in exc.summary
+
+
+def test_predict_that_returns_a_tuple_is_told_the_shape_of_the_answer():
+    exc = failure(lesson.check_predict, lambda *a: (1, 2, 3))
+    assert exc.status == "error" and "return a dict" in exc.summary
+
+
+def test_predict_may_not_measure_instead_of_predicting():
+    def measures(model, strategy, world_size, optimizer):
+        lesson.measured_holdings(lesson.Spec(), strategy, optimizer, world_size)
+
+    exc = failure(lesson.check_predict, measures)
+    assert exc.status == "error" and "asks for a prediction" in exc.summary
+
+
+# --- exercise 2: choose the plan ----------------------------------------------------------------
+
+
+def test_each_scenario_budget_has_room_on_both_sides():
+    for _, model, (fits, not_fits) in plans.SCENARIOS:
+        need = plans.needs(model)
+        budget = plans.budget(model, fits, not_fits)
+        assert budget is not None
+        fitting = [p for p in lesson.PLANS if need[p] <= budget]
+        if fits:
+            assert need[fits] <= budget / 1.1 and need[not_fits] >= budget * 1.1, (model, need)
+            assert fits in fitting and not_fits not in fitting
+
+
+def test_choose_passes_the_reference_and_says_not_attempted_for_the_stub():
+    assert failure(lesson.check_plan, not_attempted).status == "not-attempted"
+    assert lesson.check_plan(CHOOSE).status == "passed"
+
+
+@pytest.mark.parametrize(
+    "plan, failing",
+    [
+        (("fsdp", True), {"room for every plan", "DDP does not fit", "one head dwarfs the rest"}),
+        (("ddp", False), {"DDP does not fit", "one head dwarfs the rest", "only resharding fits"}),
+        (("fsdp", False), {"room for every plan", "DDP does not fit", "only resharding fits"}),
+    ],
+    ids=["always-reshard", "always-ddp", "always-keep"],
+)
+def test_choose_fails_a_fixed_plan_where_it_does_not_fit_or_is_not_the_fastest(plan, failing):
+    result = lesson.check_plan.__wrapped__(lambda scenario: plan)
+    assert {p.name for p in result if p.status == "failed"} == failing
+
+
+def test_choose_fails_a_plan_judged_on_held_bytes_without_the_step_peak():
+    def held_only(scenario):
+        for strategy, reshard in lesson.PLANS.values():  # fastest first
+            held = PREDICT(scenario.model, strategy, scenario.world_size, scenario.optimizer)
+            if sum(held.values()) <= scenario.device_bytes:
+                return strategy, reshard
+        return "fsdp", True
+
+    parts = lesson.check_plan.__wrapped__(held_only)
+    assert {p.name for p in parts if p.status == "failed"} >= {"only resharding fits"}
+    assert "does not fit" in part_named(parts, "only resharding fits").message
+
+
+def part_named(parts, name):
+    return next(p for p in parts if p.name == name)
+
+
+# --- exercise 3: fully_shard per block, then the root ------------------------------------------
+
+
+def _file(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "shard.py"
+    path.write_text("from torch.distributed.fsdp import fully_shard\n\n\n" + body)
+    return path
+
+
+def test_shard_passes_the_reference_script(tmp_path):
+    path = tmp_path / "shard.py"
+    path.write_text(SHARD)
+    assert lesson.check_shard(path).status == "passed"
+
+
+def test_shard_says_not_attempted_for_the_learner_copys_cell_without_launching(tmp_path):
+    nb = learner_copy(read(NOTEBOOK), NOTEBOOK.name)
+    cell = next(c.source for c in nb.cells if c.source.startswith("%%writefile"))
+    path = tmp_path / "shard.py"
+    path.write_text(cell.split("\n", 1)[1])
+    assert failure(lesson.check_shard, path).status == "not-attempted"
+
+
+def test_shard_of_the_blocks_only_trains_differently(tmp_path):
+    path = _file(
+        tmp_path, "def shard_model(model):\n    for b in model.blocks:\n        fully_shard(b)\n"
+    )
+    exc = failure(lesson.check_shard, path)
+    assert exc.status == "failed" and "trains like one process" in exc.summary
+
+
+def test_shard_of_the_root_first_raises_before_any_launch(tmp_path):
+    body = "def shard_model(model):\n    fully_shard(model)\n    for b in model.blocks:\n        fully_shard(b)\n"
+    assert failure(lesson.check_shard, _file(tmp_path, body)).status == "error"
+
+
+@pytest.mark.skipif(not ALL, reason="two more launches: COURSE_TESTS=all")
+def test_shard_of_the_root_only_gathers_the_whole_model_at_once(tmp_path):
+    result = lesson.check_shard.__wrapped__(
+        _file(tmp_path, "def shard_model(model):\n    fully_shard(model)\n")
+    )
+    assert [p.status for p in result] == ["passed", "passed", "failed"]
+
+
+@pytest.mark.skipif(not ALL, reason="two more launches: COURSE_TESTS=all")
+def test_shard_with_one_group_per_linear_is_valid(tmp_path):
+    body = (
+        "def shard_model(model):\n    for b in model.blocks:\n        fully_shard(b.up)\n"
+        "        fully_shard(b.down)\n    fully_shard(model)\n"
+    )
+    assert status_of(lesson.check_shard, _file(tmp_path, body)) == "passed"
