@@ -52,6 +52,7 @@ _EXPORTS = {
     "effect": ".effects",
     "reference_results": ".references",
     "show_source": ".source",
+    "show_limits": ".checks",
     "Diagnosis": ".diagnose",
     "diagnose": ".diagnose",
     "History": ".train",

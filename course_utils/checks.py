@@ -67,6 +67,19 @@ class Threshold:
             )
 
 
+def show_limits(thresholds: dict[str, Threshold], *names: str) -> None:
+    """Print the limits a check compares against, read from its THRESHOLDS, so exercise text
+    names a limit and never types a number the code can change. Only the values: the
+    evidence lists measured right and wrong answers, which would give an exercise away."""
+    width = max(map(len, names))
+    for name in names:
+        print(f"{name:>{width}} = {thresholds[name].value:g}")
+    print(
+        "(each limit's evidence: lesson.THRESHOLDS[name].evidence; it names measured answers, "
+        "so read it after your check passes)"
+    )
+
+
 # --- Run All goes on past an exercise not yet written ---------------------------------------
 
 

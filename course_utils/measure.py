@@ -95,7 +95,9 @@ class Comparison:
         )
 
 
-def _timed(fn: Callable[[], object], device: torch.device, number: int) -> float:
+def timed(fn: Callable[[], object], device: torch.device, number: int) -> float:
+    """Seconds per call of `number` calls of `fn`: the device drained before the clock starts
+    and again before it stops, so queued GPU work is billed to these calls, not the next."""
     synchronize(device)
     t0 = time.perf_counter()
     for _ in range(number):
@@ -106,7 +108,7 @@ def _timed(fn: Callable[[], object], device: torch.device, number: int) -> float
 
 def _calibrate(fn: Callable[[], object], device: torch.device, min_sample_s: float) -> int:
     """Calls per sample so one sample lasts at least `min_sample_s` (timer resolution)."""
-    once = _timed(fn, device, 1)
+    once = timed(fn, device, 1)
     return max(1, int(min_sample_s / max(once, 1e-9)) + 1) if once < min_sample_s else 1
 
 
@@ -128,7 +130,7 @@ def time_fn(
         number = _calibrate(fn, device, min_sample_s)
         samples = []
         for _ in range(repeats):
-            samples.append(_timed(fn, device, number))
+            samples.append(timed(fn, device, number))
             bar.update()
     return Timing(samples, label=label, number=number, env=env_info(device))
 
@@ -166,11 +168,11 @@ def compare(
         a, b = [], []
         for i in range(repeats):
             if i % 2 == 0:
-                a.append(_timed(baseline, device, n_a))
-                b.append(_timed(candidate, device, n_b))
+                a.append(timed(baseline, device, n_a))
+                b.append(timed(candidate, device, n_b))
             else:
-                b.append(_timed(candidate, device, n_b))
-                a.append(_timed(baseline, device, n_a))
+                b.append(timed(candidate, device, n_b))
+                a.append(timed(baseline, device, n_a))
             bar.update()
     env = env_info(device)
     return Comparison(

@@ -522,3 +522,14 @@ def test_every_threshold_claiming_a_gpu_measurement_names_the_gpu_and_no_spec_cl
             assert "H200" in t.evidence, name  # the only GPU the course has run on
         if any(words in t.evidence.lower() for words in unmeasured):
             assert not gpu, name
+
+
+def test_show_limits_prints_values_by_name_and_never_the_evidence(capsys):
+    thresholds = {
+        "error": Threshold(0.05, "a right answer 0.004, the wrong one 0.5"),
+        "speedup_cpu-bf16": Threshold(1.3, "measured 1.6-2.0x"),
+    }
+    checks.show_limits(thresholds, "error", "speedup_cpu-bf16")
+    out = capsys.readouterr().out
+    assert "error = 0.05" in out and "speedup_cpu-bf16 = 1.3" in out
+    assert "0.004" not in out and "1.6-2.0x" not in out

@@ -17,8 +17,9 @@ import torch
 import torch.nn.functional as F
 from check_helpers import fails, failure, not_attempted
 
+from course_utils import inductor
 from course_utils.lessons import transformers as lesson
-from course_utils.lessons.transformers import compiling, packing, text
+from course_utils.lessons.transformers import packing, text
 
 REF_BATCHES = lesson.reference_make_batches.__wrapped__  # callable from a learner's answer
 
@@ -83,7 +84,7 @@ def test_the_colleagues_block_makes_two_graphs_and_explain_names_the_line():
 
 
 def test_without_a_cxx_compiler_inductor_is_not_applicable_on_a_cpu(monkeypatch):
-    monkeypatch.setattr(compiling.shutil, "which", lambda name: None)
+    monkeypatch.setattr(inductor.shutil, "which", lambda name: None)
     ok, why = lesson.can_compile(torch.device("cpu"))
     assert not ok and "C++ compiler" in why
 

@@ -11,8 +11,6 @@ kernels (TorchInductor) needs a C++ compiler on a CPU and Triton on a GPU.
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +18,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ...device import cuda_capability, get_device, synchronize
+from ...device import synchronize
+from ...inductor import can_compile  # noqa: F401  (the lesson's API: lesson.can_compile)
 from ...measure import compare
 from .model import Block, Config
 
@@ -80,29 +79,6 @@ def graphs_of(module: nn.Module, *args) -> Graphs:
         first = str(r.reason).strip().splitlines()[0]
         reasons.append(f"{at if where else '?'}: {first}")
     return Graphs(out.graph_count, out.graph_break_count, out.op_count, reasons)
-
-
-def cxx_compiler() -> str | None:
-    for name in ("g++", "c++", "clang++", "cl"):
-        if path := shutil.which(name):
-            return path
-    return None
-
-
-def can_compile(device: torch.device | None = None) -> tuple[bool, str]:
-    """(whether TorchInductor can generate kernels here, why not). The same test as lesson
-    05's: a C++ compiler on a CPU; Triton and compute capability 7.0+ on a GPU."""
-    device = torch.device(device) if device is not None else get_device()
-    if device.type == "cpu" and cxx_compiler() is None:
-        return False, "no C++ compiler on PATH (TorchInductor writes C++ for CPUs): install g++"
-    if device.type == "mps":
-        return False, "TorchInductor's MPS backend is experimental: this demo skips it"
-    if device.type == "cuda":
-        if importlib.util.find_spec("triton") is None:
-            return False, "Triton is not installed (TorchInductor writes Triton kernels for GPUs)"
-        if cuda_capability(device)[0] < 7:
-            return False, "Triton needs compute capability 7.0 or newer"
-    return True, ""
 
 
 @dataclass
