@@ -236,6 +236,27 @@ def fresh_dropout_masks(blocks, x):
     return x
 
 
+def reentrant_input_requires_grad(blocks, x):
+    """Right blocks, reentrant variant: each rebuild runs its block whole (24 re-runs)."""
+    x = x.detach().requires_grad_()
+    for i, block in enumerate(blocks):
+        x = checkpoint(block, x, use_reentrant=True) if i < 12 else block(x)
+    return x
+
+
+def first_12_in_pairs(blocks, x):
+    """Right blocks, two per checkpoint: the first of each pair re-runs both Linears (18)."""
+    for start in range(0, len(blocks), 2):
+        seg = blocks[start : start + 2]
+        x = checkpoint(seg, x, use_reentrant=False) if start < 12 else seg(x)
+    return x
+
+
+def dropout_off(blocks, x):
+    blocks.eval()
+    return first_12(blocks, x)
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize(
     ("answer", "cause"),
@@ -250,6 +271,9 @@ def fresh_dropout_masks(blocks, x):
         (reentrant_per_block, "all 16 blocks got no gradient"),
         (reentrant_whole, "got no gradient"),
         (fresh_dropout_masks, "preserve_rng_state=True"),
+        (reentrant_input_requires_grad, "12 checkpoints use use_reentrant=True"),
+        (first_12_in_pairs, "backward rebuilds 12 blocks in 6 rebuilds"),
+        (dropout_off, "left 16 of the 16 dropout layers in eval mode"),
     ],
     ids=[
         "whole-model",
@@ -262,6 +286,9 @@ def fresh_dropout_masks(blocks, x):
         "reentrant-per-block",
         "reentrant-whole",
         "rng-not-preserved",
+        "reentrant-rebuilds-whole-blocks",
+        "pairs-rebuild-two-blocks-at-once",
+        "eval-mode-trains-without-dropout",
     ],
 )
 def test_checkpoint_check_names_the_mistake(no_timing, answer, cause):

@@ -1,5 +1,5 @@
 """Lesson 07: gradient accumulation and activation checkpointing (see demo, layouts,
-reference, checks)."""
+diagnose, reference, checks)."""
 
 from .checks import (
     EFFECTIVE_BATCH,

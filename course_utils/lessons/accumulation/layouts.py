@@ -84,63 +84,6 @@ def fewest_first_k(blocks: nn.Sequential, x: torch.Tensor, budget: float) -> tup
     return hi, cost(hi)
 
 
-# --- what the check measures to name a wrong layout's cause -------------------------------
-
-
-def step_grads(forward: Callable, blocks: nn.Sequential, x, train: bool) -> dict:
-    """Parameter gradients of one step (None where autograd gave none), same dropout seed."""
-    blocks.train(train)
-    blocks.zero_grad(set_to_none=True)
-    torch.manual_seed(7)
-    out = forward(blocks, x)
-    if out.requires_grad:  # a whole-model reentrant checkpoint returns a graph-less output
-        out.square().mean().backward()
-    return {n: None if p.grad is None else p.grad.clone() for n, p in blocks.named_parameters()}
-
-
-def grad_mismatch(got: dict, want: dict, tol: float) -> tuple[str, float]:
-    """('' or what is wrong, worst relative error) between two steps' parameter grads."""
-    from .demo import rel_error
-
-    missing = sorted({int(n.split(".")[0]) for n, g in got.items() if g is None})
-    blocks = 1 + max(int(n.split(".")[0]) for n in got)
-    if missing:
-        which = f"all {blocks} blocks" if len(missing) == blocks else f"block(s) {missing}"
-        why = (
-            f"{which} got no gradient: with use_reentrant=True (the default when it is omitted) "
-            "and an input that does not require grad, a checkpointed segment is cut off from "
-            "autograd; pass use_reentrant=False (or the forward ran under no_grad)"
-        )
-        return why, 1.0
-    worst = max(rel_error(got[n], w) for n, w in want.items())
-    return ("" if worst <= tol else "gradients differ"), worst
-
-
-def memory_cause(forward: Callable, blocks: nn.Sequential, x, peak_ratio: float) -> str:
-    """What the forward kept, measured (saved-tensor hooks), tells the causes apart: nothing
-    checkpointed keeps everything; one checkpoint around everything keeps almost nothing but
-    rebuilds it all at once in backward; otherwise too little of the stack is checkpointed,
-    or too much of it is rebuilt at once."""
-    from ...memory import activation_bytes
-
-    plain = activation_bytes(lambda: plain_forward(blocks, x))
-    saved = activation_bytes(lambda: forward(blocks, x)) / plain
-    measured = f"your forward kept {saved:.2f}x the plain forward's saved bytes"
-    if saved >= 0.9:
-        return (
-            f"{measured}: nothing was checkpointed (checkpoint_sequential's last segment never is)"
-        )
-    if saved <= 0.1:
-        return (
-            f"{measured} but the peak is {peak_ratio:.2f}x: the checkpointed part is rebuilt at "
-            "once in backward, which holds it all again"
-        )
-    return (
-        f"{measured} and peaks at {peak_ratio:.2f}x: too much is kept, or rebuilt at once in "
-        "backward; reread 'Activation checkpointing' and measure the peak of other layouts"
-    )
-
-
 def last_k_forward(k: int) -> Callable:
     """Checkpoint the last `k` blocks one by one; run the others as they are."""
 
