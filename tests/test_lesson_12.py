@@ -277,6 +277,37 @@ def concatenate_and_cut(docs, rows, row_len):
     return [lesson.Batch(c[:, :-1].contiguous(), c[:, 1:].contiguous()) for c in chunks.split(rows)]
 
 
+def eight_rows_always(docs, rows, row_len):
+    """The check's 8 rows typed in: right only when the check asks for 8."""
+    return REF_BATCHES(docs, 8, row_len)
+
+
+def shifted_pairs(docs, rows, row_len):
+    """Valid: nanoGPT's pairs (tokens d[:-1], targets d[1:]: no slot holds a last token that
+    predicts nothing), packed in the order given, a row closed when the next does not fit."""
+    packed, used = [[]], 0
+    for d in docs:
+        if used + len(d) - 1 > row_len:
+            packed, used = [*packed, []], 0
+        packed[-1].append(d)
+        used += len(d) - 1
+    batches = []
+    for start in range(0, len(packed), rows):
+        chunk = packed[start : start + rows]
+        tokens, targets, positions, doc_ids = (
+            torch.full((len(chunk), row_len), v) for v in (0, text.IGNORE, 0, -1)
+        )
+        for r, row in enumerate(chunk):
+            col = 0
+            for i, d in enumerate(row):
+                n = len(d) - 1
+                tokens[r, col : col + n], targets[r, col : col + n] = d[:-1], d[1:]
+                positions[r, col : col + n], doc_ids[r, col : col + n] = torch.arange(n), i
+                col += n
+        batches.append(lesson.Batch(tokens, targets, positions, doc_ids))
+    return batches
+
+
 def test_packing_check_passes_the_reference_and_times_it():
     result = lesson.check_packing(lesson.reference_make_batches)
     assert result.status == "passed"
@@ -298,7 +329,8 @@ def test_packing_check_fails_padding_on_speed_alone():
         (targets_across, "every document", "a target crosses from one document into the next"),
         (drop_last, "every document", "never reach the model whole"),
         (too_many_rows, "batch size", "allowed 8 rows of 256"),
-        (concatenate_and_cut, "every document", "the last column has a target"),
+        (concatenate_and_cut, "every document", "48 of 48 documents never reach the model"),
+        (eight_rows_always, "batch size", "called with rows=3, row_len=128: at most 8 rows"),
     ],
     ids=[
         "positions-none",
@@ -309,6 +341,7 @@ def test_packing_check_fails_padding_on_speed_alone():
         "drop-last",
         "too-many-rows",
         "concatenate-and-cut",
+        "eight-rows-always",
     ],
 )
 def test_packing_check_fails_wrong_batches_on_the_part_that_names_the_cause(fn, name, cause):
@@ -319,9 +352,24 @@ def test_packing_check_fails_wrong_batches_on_the_part_that_names_the_cause(fn, 
 
 def test_the_layout_reader_finds_every_document_of_a_valid_packing_and_bucketing():
     docs = packing.check_docs()
-    for fn in (REF_BATCHES, bucketing):
+    for fn in (REF_BATCHES, bucketing, shifted_pairs):
         layout = packing.read_layout(fn(docs, 8, 256))
         assert not layout.problems and not packing.coverage(layout, docs)
+
+
+def test_a_last_target_equal_to_the_next_token_crosses_only_when_the_documents_say_so():
+    """One row, read against two sets of documents: nanoGPT's pair of [1, 2, 3] beside
+    [3, 4], or [1, 2] whose last token predicts the next document's first byte."""
+    rows = ([1, 2, 3, 4], [2, 3, 4, text.IGNORE], [0, 1, 0, 1], [0, 0, 1, 1])
+    layout = packing.read_layout([lesson.Batch(*(torch.tensor([r]) for r in rows))])
+    pairs = [torch.tensor(d) for d in ([1, 2, 3], [3, 4])]
+    crossing = [torch.tensor(d) for d in ([1, 2], [3, 4])]
+    assert not layout.problems and not packing.coverage(layout, pairs)
+    said = packing.coverage(layout, crossing)
+    assert said == [
+        "batch 0, row 0: a target crosses from one document into the next (a document's last "
+        "token must have no target)"
+    ]
 
 
 def test_the_probe_model_tells_a_packing_without_positions_from_the_truth():
@@ -395,6 +443,37 @@ class Scaled(lesson.ColleagueBlock):
         return x + self.mlp(self.ln2(x))
 
 
+class DocIdsDropped(lesson.ColleagueBlock):
+    """One graph, same output without documents; doc_ids never reach the attention."""
+
+    def forward(self, x, doc_ids=None):
+        h = self.attn(self.ln1(x))
+        x = x + h
+        self.last_rms = h.detach().pow(2).mean().sqrt()
+        return x + self.mlp(self.ln2(x))
+
+
+class AttentionDetached(lesson.ColleagueBlock):
+    """Same output and statistic, but attention and ln1 get no gradient."""
+
+    def forward(self, x, doc_ids=None):
+        h = self.attn(self.ln1(x), doc_ids).detach()
+        x = x + h
+        self.last_rms = h.pow(2).mean().sqrt()
+        return x + self.mlp(self.ln2(x))
+
+
+class EagerOnlyStat(lesson.ColleagueBlock):
+    """One graph, because the statistic is recorded only outside compilation."""
+
+    def forward(self, x, doc_ids=None):
+        h = self.attn(self.ln1(x), doc_ids)
+        x = x + h
+        if not torch.compiler.is_compiling():
+            self.last_rms = h.pow(2).mean().sqrt().item()
+        return x + self.mlp(self.ln2(x))
+
+
 def test_graph_break_check_passes_the_reference_and_a_no_grad_statistic():
     assert lesson.check_graph_break(lesson.ReferenceBlock).status == "passed"
     assert lesson.check_graph_break(NoGradStat).status == "passed"
@@ -409,8 +488,21 @@ def test_graph_break_check_passes_the_reference_and_a_no_grad_statistic():
         (Attached, "keeps this step's whole autograd graph"),
         (Disabled, "TorchDynamo captured nothing"),
         (Scaled, "same output: max |yours - colleague's|, same weights: measured"),
+        (DocIdsDropped, "with doc_ids (4 documents per row) yours is the output without"),
+        (AttentionDetached, "no gradient reaches ln1.weight, ln1.bias, attn.qkv.weight"),
+        (EagerOnlyStat, "the previous call's value (the colleague's is now"),
     ],
-    ids=["unchanged", "float", "deleted", "attached", "disabled", "output-changed"],
+    ids=[
+        "unchanged",
+        "float",
+        "deleted",
+        "attached",
+        "disabled",
+        "output-changed",
+        "doc-ids-dropped",
+        "attention-detached",
+        "eager-only-statistic",
+    ],
 )
 def test_graph_break_check_fails_wrong_blocks_naming_the_cause(cls, cause):
     exc = failure(lesson.check_graph_break, cls)

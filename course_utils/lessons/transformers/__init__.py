@@ -1,7 +1,8 @@
 """Lesson 12: training a transformer fast. Attention by hand and by SDPA (attention), a byte
 -level GPT (model) on Python's help texts (text), padding against packing (packing, and its
-check in pack_check), torch.compile's graph breaks (compiling), the demos (demo); answers in
-reference, the other checks in checks."""
+check in pack_check), torch.compile's graph breaks (compiling, and its check in
+break_check), the demos (demo); answers in reference, the attention check and the
+thresholds in checks."""
 
 from .attention import (
     allowed,
@@ -14,7 +15,8 @@ from .attention import (
     random_docs,
     score_bytes,
 )
-from .checks import THRESHOLDS, check_attention, check_graph_break
+from .break_check import check_graph_break
+from .checks import THRESHOLDS, check_attention
 from .compiling import (
     ColleagueBlock,
     FirstStep,

@@ -49,35 +49,61 @@ def _listed(name: str, problems: list[str], fine: str):
     return correct(name, not problems, problems[0] + more if problems else fine)
 
 
-@check("12-packing", points=3, hint=HINT)
-def check_packing(make_batches):
-    docs = packing.check_docs()
-    rows, row_len = packing.ROWS, packing.ROW_LEN
+def _read(make_batches, docs, rows: int, row_len: int) -> tuple[list, packing.Layout, list[str]]:
+    """The learner's batches for these documents and sizes, what they hold, what is missing."""
     batches = list(make_batches([d.clone() for d in docs], rows, row_len))
     layout = packing.read_layout(batches)
-    missing = packing.coverage(layout, docs)
-    too_big = layout.max_rows > rows or layout.max_len > row_len
+    return batches, layout, packing.coverage(layout, docs)
+
+
+def _size(layout: packing.Layout, rows: int, row_len: int, first: bool) -> str | None:
+    """What is too big in one call, or None."""
+    if layout.max_rows <= rows and layout.max_len <= row_len:
+        return None
+    got = f"at most {layout.max_rows} rows of at most {layout.max_len} tokens"
+    if first:
+        return f"{got}; allowed {rows} rows of {row_len}"
+    return (
+        f"called with rows={rows}, row_len={row_len}: {got}; the batches must follow the rows "
+        "and row_len arguments"
+    )
+
+
+@check("12-packing", points=3, hint=HINT)
+def check_packing(make_batches):
+    docs, other = packing.check_docs(), packing.other_docs()
+    rows, row_len = packing.ROWS, packing.ROW_LEN
+    batches, layout, missing = _read(make_batches, docs, rows, row_len)
+    sizes = (packing.OTHER_ROWS, packing.OTHER_ROW_LEN)
+    _, again, missing_again = _read(make_batches, other, *sizes)
+    said = f"called with rows={sizes[0]}, row_len={sizes[1]}: "
+
+    def found(kind: str) -> list[str]:
+        return layout.problems.get(kind, []) + [said + p for p in again.problems.get(kind, [])]
+
+    too_big = [
+        m
+        for m in (_size(layout, rows, row_len, True), _size(again, *sizes, False))
+        if m is not None
+    ]
     parts = [
         _listed(
             "every document once, whole",
-            layout.problems.get("targets", []) + missing,
-            f"all {len(docs)} documents reach the model once, each token with its own target",
+            found("targets") + missing + [said + m for m in missing_again],
+            f"all {len(docs)} documents reach the model once, each token with its own target "
+            f"(and the {len(other)} short ones with other rows and row_len)",
         ),
-        _listed(
-            "positions",
-            layout.problems.get("positions", []),
-            "every document's positions count from 0",
-        ),
+        _listed("positions", found("positions"), "every document's positions count from 0"),
         _listed(
             "attention stays in its document",
-            layout.problems.get("doc_ids", []),
+            found("doc_ids"),
             "no token can attend to another document or to padding before it",
         ),
-        correct(
+        _listed(
             "batch size",
-            not too_big,
-            f"at most {layout.max_rows} rows of at most {layout.max_len} tokens"
-            + (f"; allowed {rows} rows of {row_len}" if too_big else ""),
+            too_big,
+            f"at most {layout.max_rows} rows of at most {layout.max_len} tokens, and within "
+            f"rows={sizes[0]}, row_len={sizes[1]} when called with those",
         ),
     ]
     problems = [p for p in parts if p.status == "failed"]

@@ -27,6 +27,9 @@ from .text import IGNORE, Batch, documents
 # SHORT bytes and N_LONG of at least LONG, shuffled; ROWS rows per batch.
 ROW_LEN, ROWS, N_SHORT, SHORT, N_LONG, LONG = 256, 8, 40, 96, 8, 200
 N_DOCS = N_SHORT + N_LONG
+# A second call with sizes the exercise does not name, so `rows` and `row_len` must come from
+# the arguments: the N_SHORT short documents, OTHER_ROWS rows of OTHER_ROW_LEN per batch.
+OTHER_ROWS, OTHER_ROW_LEN = 3, 128
 TIMING_CONFIG = Config(d_model=32, n_head=2, n_layer=1, max_len=ROW_LEN)
 
 
@@ -38,6 +41,11 @@ def check_docs() -> list[torch.Tensor]:
     mixed = short + long
     order = torch.randperm(len(mixed), generator=torch.Generator().manual_seed(12)).tolist()
     return [mixed[i] for i in order]
+
+
+def other_docs() -> list[torch.Tensor]:
+    """The check's documents that fit OTHER_ROW_LEN: its 40 short ones, in the same order."""
+    return [d for d in check_docs() if len(d) <= OTHER_ROW_LEN]
 
 
 def probe_model(seed: int = 0, attention=naive_attention) -> TinyGPT:
@@ -56,9 +64,14 @@ def probe_model(seed: int = 0, attention=naive_attention) -> TinyGPT:
 @dataclass
 class Layout:
     """What a learner's batches hold, read from their tensors alone. `problems` by kind:
-    "targets" (what a token predicts), "positions", "doc_ids" (what a token attends to)."""
+    "targets" (what a token predicts), "positions", "doc_ids" (what a token attends to).
+    A document is read as the tokens of a piece of a row plus the piece's last target, so
+    both layouts that train each document alone read the same: a document's bytes all in
+    `tokens` (its last token's target IGNORE), or nanoGPT's pairs (tokens d[:-1], targets
+    d[1:])."""
 
-    documents: Counter = field(default_factory=Counter)  # bytes of each document found
+    documents: Counter = field(default_factory=Counter)  # byte tuples of each document found
+    crossings: list = field(default_factory=list)  # (where, document): see `coverage`
     problems: dict[str, list[str]] = field(default_factory=dict)
     shapes: set = field(default_factory=set)
     max_rows: int = 0
@@ -73,10 +86,14 @@ def _field(batch, name: str):
     return value if value is None else torch.as_tensor(value)
 
 
+def _row(t: torch.Tensor | None, r: int) -> list[int] | None:
+    return None if t is None else t[r].cpu().tolist()
+
+
 def read_layout(batches) -> Layout:
-    """Recover the documents from the targets (a document is a run of tokens each of whose
-    targets is the next token, ending at a token with no target), and note every way the
-    batches break the contract of `text.Batch`."""
+    """Recover the documents from the targets (a piece of a row whose every target is the
+    next token, the last one excepted), and note every way the batches break the contract of
+    `text.Batch`."""
     out = Layout()
     for b, batch in enumerate(batches):
         tokens, targets = _field(batch, "tokens"), _field(batch, "targets")
@@ -88,47 +105,67 @@ def read_layout(batches) -> Layout:
         out.max_rows = max(out.max_rows, tokens.shape[0])
         out.max_len = max(out.max_len, tokens.shape[1])
         for r in range(tokens.shape[0]):
-            for s, e in _runs(out, f"batch {b}, row {r}", tokens[r], targets[r]):
-                ids = None if doc_ids is None else doc_ids[r].cpu()
-                if ids is not None and (ids[s : e + 1] != ids[s]).any():
-                    out.add(
-                        "targets",
-                        f"batch {b}, row {r}: a target crosses from one document into the "
-                        "next (a document's last token must have no target)",
-                    )
-                    continue
-                out.documents[bytes(tokens[r, s : e + 1].tolist())] += 1
-                _positions(out, f"batch {b}, row {r}", positions, r, s, e)
-                _attention(out, f"batch {b}, row {r}", ids, s)
+            where, tok, tgt = f"batch {b}, row {r}", _row(tokens, r), _row(targets, r)
+            ids, pos = _row(doc_ids, r), _row(positions, r)
+            for s, e, crosses in _pieces(out, where, tok, tgt, ids, pos):
+                doc = (*tok[s : e + 1], tgt[e])
+                out.documents[doc] += 1
+                if crosses:
+                    out.crossings.append((where, doc))
+                _positions(out, where, pos, s, e)
+                _attention(out, where, ids, s)
     return out
 
 
-def _runs(out: Layout, where: str, tok, tgt) -> list[tuple[int, int]]:
-    """(first, last) column of each document in a row: chained targets, then one without."""
-    T, real = len(tok), (tgt != IGNORE).tolist()
-    runs = []
-    for s in (t for t in range(T) if real[t] and (t == 0 or not real[t - 1])):
-        e = s
-        while e < T and real[e]:
-            e += 1
-        if e >= T:
-            out.add("targets", f"{where}: the last column has a target, but no token follows it")
-        elif not torch.equal(tgt[s:e], tok[s + 1 : e + 1]):
-            out.add("targets", f"{where}: a target is not the token that follows it in the row")
+def _pieces(out: Layout, where: str, tok, tgt, ids, pos) -> list[tuple[int, int, bool]]:
+    """(first, last column, crosses) of each piece with targets in a row. A piece ends before
+    a column without target, where doc_ids change, or where the chain of targets breaks and
+    positions restart at 0 (each says a new document starts). `crosses`: it ended where
+    doc_ids change and its last target is the next column's token (the next document's
+    first, or by chance the last byte of nanoGPT's pairs: `coverage` tells them apart)."""
+    pieces, s, broken = [], None, False
+
+    def close(e: int, crosses: bool) -> None:
+        if broken:
+            out.add(
+                "targets",
+                f"{where}: a target is not the token that follows it in the row (columns "
+                f"{s}-{e}, and positions do not restart at 0 where it breaks)",
+            )
         else:
-            runs.append((s, e))
-    return runs
+            pieces.append((s, e, crosses))
+
+    for t, target in enumerate(tgt):
+        if target == IGNORE:
+            if s is not None:
+                close(t - 1, False)
+            s = None
+            continue
+        if s is None:
+            s, broken = t, False
+            continue
+        chained = tgt[t - 1] == tok[t]
+        new_doc = ids is not None and ids[t] != ids[t - 1]
+        if new_doc or (not chained and pos is not None and pos[t] == 0):
+            close(t - 1, new_doc and chained)
+            s, broken = t, False
+        elif not chained:
+            broken = True
+    if s is not None:
+        close(len(tgt) - 1, False)
+    return pieces
 
 
-def _positions(out: Layout, where: str, positions, r: int, s: int, e: int) -> None:
-    if positions is None:
+def _positions(out: Layout, where: str, pos, s: int, e: int) -> None:
+    """The positions of the tokens that predict (a document's last byte predicts nothing)."""
+    if pos is None:
         if s != 0:
             out.add(
                 "positions",
                 f"{where}: a document starts at column {s} but positions is None (the model "
                 "then numbers it from the row's start, not from 0)",
             )
-    elif not torch.equal(positions[r, s : e + 1].cpu(), torch.arange(e + 1 - s)):
+    elif pos[s : e + 1] != list(range(e + 1 - s)):
         out.add(
             "positions",
             f"{where}: the positions of a document starting at column {s} do not count 0, 1, "
@@ -145,7 +182,7 @@ def _attention(out: Layout, where: str, ids, s: int) -> None:
             f"{where}: a document starts at column {s} with doc_ids None: it attends to the "
             "tokens before it in the row (another document, or padding)",
         )
-    elif (ids[:s] == ids[s]).any():
+    elif ids[s] in ids[:s]:
         out.add(
             "doc_ids",
             f"{where}: a document starting at column {s} shares its doc_id with tokens before "
@@ -154,10 +191,20 @@ def _attention(out: Layout, where: str, ids, s: int) -> None:
 
 
 def coverage(layout: Layout, docs: list[torch.Tensor]) -> list[str]:
-    """What is missing, repeated or changed, against the documents given."""
-    want = Counter(bytes(d.tolist()) for d in docs)
-    missing, extra = want - layout.documents, layout.documents - want
-    out = []
+    """What is missing, repeated or changed, against the documents given. A piece that
+    `crosses` is a whole document whose last token predicts the next document's first when
+    it is not itself a document but is one without its last target."""
+    want = Counter(tuple(d.tolist()) for d in docs)
+    found, out = Counter(layout.documents), []
+    for where, doc in layout.crossings:
+        if not want[doc] and want[doc[:-1]]:
+            found[doc] -= 1
+            found[doc[:-1]] += 1
+            out.append(
+                f"{where}: a target crosses from one document into the next (a document's "
+                "last token must have no target)"
+            )
+    missing, extra = want - found, +found - want
     if missing:
         out.append(f"{sum(missing.values())} of {len(docs)} documents never reach the model whole")
     if extra:
