@@ -25,7 +25,7 @@ from course_utils.lessons.distributed import checks as lesson_checks
 from course_utils.lessons.distributed import ending
 from course_utils.lessons.distributed import workload as lesson_workload
 from course_utils.lessons.distributed.colleague import MAIN_GUARD, colleague_scripts
-from course_utils.lessons.distributed.judge import RankFailed
+from course_utils.lessons.distributed.judge import RankFailed, judge_parameters, judge_trace
 from course_utils.lessons.distributed.launch import Launch
 from course_utils.lessons.distributed.reference_scripts import written_by
 
@@ -139,7 +139,7 @@ def test_the_colleagues_script_is_measured_and_fails_on_its_three_faults(tmp_pat
     exc = failure(lesson.check_ddp_script, tmp_path / "colleague" / "ddp_train.py")
     assert exc.status == "failed"
     for says in (
-        "each rank used the global batch size 32",
+        f"each rank used the global batch size {lesson_checks.BATCH}",
         "call sampler.set_epoch(epoch)",
         "keys start with `module.`",
     ):
@@ -177,7 +177,7 @@ def test_ddp_check_names_gradients_summed_instead_of_averaged(tmp_path):
 def test_ddp_check_names_the_global_batch_used_on_every_rank(tmp_path):
     exc = ddp_failure(tmp_path, ddp_setup=("cfg.batch_size // world", "cfg.batch_size"))
     assert exc.status == "failed"
-    assert "each rank used the global batch size 32" in exc.summary
+    assert f"each rank used the global batch size {lesson_checks.BATCH}" in exc.summary
 
 
 def test_ddp_check_reports_an_exception_on_one_rank_as_an_error(tmp_path):
@@ -198,6 +198,82 @@ def test_ddp_check_kills_a_hung_rank_at_the_deadline(tmp_path):
     assert exc.status == "failed"
     assert "did not finish within 10 s, so every process was killed" in exc.summary
     assert not survivors(folder, wait_s=5), "processes outlived the deadline"
+
+
+def sampled_trace(
+    cfg: lesson_workload.Config, *, drop_last: bool = False, shard: bool = True, save_at=None
+) -> Launch:
+    """A trace like the check's launch records, made in one process: every rank's training
+    forwards from a DistributedSampler (set_epoch called; `shard=False`: every rank reads the
+    whole data set), and rank 0's torch.save after `save_at` forwards (default: the last)."""
+    data, world = lesson_workload.make_dataset(), lesson_checks.WORLD
+    events, t = [], 0.0
+    for epoch in range(cfg.epochs):
+        for rank in range(world):
+            sampler = torch.utils.data.DistributedSampler(data, world, rank, seed=cfg.seed)
+            sampler.set_epoch(epoch)
+            loader = torch.utils.data.DataLoader(
+                range(len(data)),
+                cfg.batch_size // world,
+                sampler=sampler if shard else None,
+                drop_last=drop_last,
+            )
+            for batch in loader:
+                t += 1.0
+                events.append({"event": "forward", "rank": rank, "t": t, "samples": batch.tolist()})
+    forwards = [e for e in events if e["rank"] == 0]
+    when = forwards[save_at - 1]["t"] + 0.5 if save_at else t + 1.0
+    events.append({"event": "save", "rank": 0, "t": when, "path": str(cfg.checkpoint)})
+    return Launch(["torchrun"], 0, 1.0, 120, "", events)
+
+
+def check_config(tmp_path) -> lesson_workload.Config:
+    cfg = lesson_workload.Config(batch_size=lesson_checks.BATCH, checkpoint=tmp_path / "c.pt")
+    cfg.checkpoint.write_bytes(b"")  # the rank-0 part only asks that it exists
+    return cfg
+
+
+def test_the_check_batch_leaves_a_smaller_last_batch_that_drop_last_loses(tmp_path):
+    """A batch that divides each rank's shard hides drop_last; the check's does not, and the
+    trace tells a dropped last batch from other lost samples by its shape: whole batches only,
+    exactly the samples that fill them."""
+    cfg = check_config(tmp_path)
+    shard = lesson_workload.N_SAMPLES // lesson_checks.WORLD
+    assert shard % (lesson_checks.BATCH // lesson_checks.WORLD), "the batch divides the shard"
+    right = {p.name: p for p in judge_trace(sampled_trace(cfg), cfg, lesson_checks.WORLD)}
+    assert all(p.status == "passed" for p in right.values()), right
+    dropped = {p.name: p for p in judge_trace(sampled_trace(cfg, drop_last=True), cfg, 2)}
+    assert dropped["per-process batch"].status == "passed"
+    assert dropped["sharding"].status == "failed"
+    assert "instead of every sample once" in dropped["sharding"].message
+    assert "drop_last=True" in dropped["sharding"].message
+    # without a sampler each rank's 128 samples end with a batch of 8: still the right batch
+    whole = {p.name: p for p in judge_trace(sampled_trace(cfg, shard=False), cfg, 2)}
+    assert whole["per-process batch"].status == "passed"
+    assert "without a DistributedSampler" in whole["sharding"].message
+
+
+def test_weights_that_never_moved_are_told_apart_from_a_save_made_too_early(tmp_path):
+    """The checkpoint equals the initial parameters in both; the trace says when it was
+    written: after every training forward (the optimizer steps another model) or before any
+    (a save in the wrong place)."""
+    cfg = check_config(tmp_path)
+    initial = lesson_workload.make_model().state_dict()
+    after = judge_parameters(sampled_trace(cfg), cfg, initial, 1e-4)
+    assert after.status == "failed"
+    assert "the weights did not change during training" in after.message
+    assert "save after" not in after.message
+    before = judge_parameters(sampled_trace(cfg, save_at=1), cfg, initial, 1e-4)
+    assert "save after the last step of the epoch" in before.message
+
+
+def test_the_exercise_text_names_the_sizes_the_check_launches():
+    text = "\n".join(c.source for c in read(NOTEBOOK).cells if c.cell_type == "markdown")
+    per_rank = lesson_checks.BATCH // lesson_checks.WORLD
+    shard = lesson_workload.N_SAMPLES // lesson_checks.WORLD
+    assert f"global batch {lesson_checks.BATCH}: each rank's {shard} samples" in text
+    assert f"{shard // per_rank} batches of {per_rank} and a last one of {shard % per_rank}" in text
+    assert f'"ddp_train.py", batch_size={lesson_checks.BATCH})' in text
 
 
 def test_learner_copy_writes_valid_stub_scripts_that_report_not_attempted(tmp_path):

@@ -121,7 +121,7 @@ def setup(cfg):
     data = workload.make_dataset()
     sampler = DistributedSampler(data, shuffle=True, seed=cfg.seed, drop_last=True)
     per_rank = cfg.batch_size // world
-    loader = DataLoader(data, batch_size=per_rank, shuffle=False, sampler=sampler, drop_last=True)
+    loader = DataLoader(data, batch_size=per_rank, shuffle=False, sampler=sampler)
     return rank, device, model, loader, sampler
 """
 
@@ -219,6 +219,12 @@ DDP_SCRIPT = [
         (),
         id="wrong-saves-ddp-wrapper-keys",
     ),
+    # Changed after the v4 red team (tests/redteam/test_06_script_v4_blind.py): this case also
+    # passed DataLoader(drop_last=True), valid only while the check's batch divided each
+    # rank's shard (32 -> 16 per rank, 64 samples); the exercise asks for every sample once
+    # per epoch, and the check's batch of 24 (12 per rank) leaves a last batch of 4 that
+    # drop_last loses. The case itself was wrong there; the sampler's drop_last stays (128
+    # samples over 2 ranks drop nothing).
     pytest.param(VALID_ENV_SETUP, train_body(), "passed", None, (), id="valid-env-ranks-drop-last"),
     pytest.param(setup_with(), VALID_LAST_SAVE, "passed", None, (), id="valid-save-once-at-end"),
 ]

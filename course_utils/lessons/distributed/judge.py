@@ -50,63 +50,75 @@ def judge_trace(launch: Launch, cfg: workload.Config, world: int) -> list[Part]:
             )
         ]
     parts = [_batch_part(forwards, cfg, world)]
-    parts += _sharding_parts(forwards, workload.N_SAMPLES, cfg.epochs, world)
+    parts += _sharding_parts(forwards, workload.N_SAMPLES, cfg, world)
     parts.append(_save_part(launch, cfg))
     return parts
 
 
 def _batch_part(forwards: dict, cfg: workload.Config, world: int) -> Part:
+    """Every batch holds global // world samples, but for at most one smaller batch per epoch
+    and rank: the rest of a shard that does not divide into whole batches (the check's does
+    not). Whether the samples were the right ones is the sharding part's to say."""
     sizes = sorted({len(b) for batches in forwards.values() for b in batches})
     expected = cfg.batch_size // world
-    if sizes == [expected]:
+    short = [[len(b) for b in batches if len(b) < expected] for batches in forwards.values()]
+    if max(sizes) == expected and all(len(s) <= cfg.epochs for s in short):
+        ends = ", ".join(map(str, sorted({n for s in short for n in s})))
+        last = f", and {ends} in the last batch of an epoch" if ends else ""
         return correct(
             "per-process batch",
             True,
-            f"every rank ran batches of {expected}: global batch {cfg.batch_size} over {world}",
+            f"every rank ran batches of {expected}{last}: global batch {cfg.batch_size} over "
+            f"{world}",
         )
     cause = (
         f"each rank used the global batch size {cfg.batch_size}, so the global batch became "
         f"{cfg.batch_size * world}; give each DataLoader batch_size // world_size"
-        if sizes == [cfg.batch_size]
+        if max(sizes) == cfg.batch_size
         else f"expected {expected} per rank (global {cfg.batch_size} // {world} processes)"
     )
     return correct("per-process batch", False, f"ranks ran batches of sizes {sizes}: {cause}")
 
 
-def _sharding_parts(forwards: dict, n: int, epochs: int, world: int) -> list[Part]:
+def _sharding_parts(forwards: dict, n: int, cfg: workload.Config, world: int) -> list[Part]:
     streams = {r: [i for b in batches for i in b] for r, batches in forwards.items()}
     per_rank = {r: len(s) for r, s in streams.items()}
+    epochs, shard = cfg.epochs, n // world
     if all(c == epochs * n for c in per_rank.values()):
-        shard = correct(
+        whole = correct(
             "sharding",
             False,
             f"each rank saw all {n} samples in every epoch: without a DistributedSampler every "
             f"process trains on the whole data set, so {world} processes repeat the same work",
         )
-        return [shard, correct("reshuffling", False, "not judged: the data was not sharded")]
-    if any(c != epochs * n // world for c in per_rank.values()):
+        return [whole, correct("reshuffling", False, "not judged: the data was not sharded")]
+    kept = _full_batches_only(forwards, cfg, world)
+    if kept is None and any(c != epochs * shard for c in per_rank.values()):
         return [
             correct(
                 "sharding",
                 False,
                 f"samples seen per rank {per_rank} over {epochs} epochs; expected "
-                f"{epochs * n // world} each ({n} samples / {world} ranks per epoch)",
+                f"{epochs * shard} each ({n} samples / {world} ranks per epoch)",
             )
         ]
-    per_epoch = {r: _epochs(s, n // world) for r, s in streams.items()}
+    per_epoch = {r: _epochs(s, kept or shard) for r, s in streams.items()}
     for e in range(epochs):
         seen = [set(per_epoch[r][e]) for r in range(world)]
         overlap = set.intersection(*seen)
-        if overlap or len(set.union(*seen)) != n:
+        if overlap or len(set.union(*seen)) != world * (kept or shard):
             msg = (
                 f"in epoch {e} the ranks shared {len(overlap)} samples and covered "
                 f"{len(set.union(*seen))} of {n}: each rank needs its own shard "
                 "(DistributedSampler with num_replicas=world_size and rank=rank)"
             )
             return [correct("sharding", False, msg)]
-    shard = correct(
-        "sharding", True, f"every epoch the {world} ranks saw disjoint shards covering all {n}"
-    )
+    if kept:
+        shards = correct("sharding", False, _dropped_cause(kept, shard, n, cfg, world))
+    else:
+        shards = correct(
+            "sharding", True, f"every epoch the {world} ranks saw disjoint shards covering all {n}"
+        )
     repeats = [e for e in range(1, epochs) if per_epoch[0][e] == per_epoch[0][0]]
     shuffle = correct(
         "reshuffling",
@@ -115,7 +127,32 @@ def _sharding_parts(forwards: dict, n: int, epochs: int, world: int) -> list[Par
         if repeats
         else f"a new order in each of the {epochs} epochs",
     )
-    return [shard, shuffle]
+    return [shards, shuffle]
+
+
+def _full_batches_only(forwards: dict, cfg: workload.Config, world: int) -> int | None:
+    """Samples per rank and epoch when every rank trained on the whole batches of its shard
+    and never on the smaller batch that ends each epoch (what DataLoader's drop_last=True
+    does); None when the trace shows anything else."""
+    size, shard = cfg.batch_size // world, workload.N_SAMPLES // world
+    kept = shard - shard % size if size else shard
+    batches = [b for per_rank in forwards.values() for b in per_rank]
+    if kept == shard or {len(b) for b in batches} != {size}:
+        return None
+    if any(len(forwards[r]) != cfg.epochs * (kept // size) for r in range(world)):
+        return None
+    return kept
+
+
+def _dropped_cause(kept: int, shard: int, n: int, cfg: workload.Config, world: int) -> str:
+    size = cfg.batch_size // world
+    return (
+        f"each rank trained on {kept} of its {shard} samples per epoch, in {kept // size} "
+        f"batches of {size}, and never on the {shard - kept} left over, so the ranks together "
+        f"saw {world * kept} of the {n} samples each epoch instead of every sample once: the "
+        "smaller last batch of each epoch was dropped (DataLoader's drop_last=True, or a loop "
+        "that stops after the full batches); keep it, as drop_last=False (the default) does"
+    )
 
 
 def _repeat_cause(order: list[int], epoch: int) -> str:
@@ -195,12 +232,7 @@ def judge_parameters(launch: Launch, cfg: workload.Config, state: dict, atol: fl
         )
     early = [s for s, p in enumerate(states[:-1]) if _max_diff(state, p) <= atol]
     if early:
-        return correct(
-            name,
-            False,
-            f"the checkpoint holds the parameters after step {early[-1]} of "
-            f"{len(global_batches)}: save after the last step of the epoch",
-        )
+        return correct(name, False, _early_cause(early[-1], len(global_batches), launch, cfg))
     return correct(
         name,
         False,
@@ -209,6 +241,38 @@ def judge_parameters(launch: Launch, cfg: workload.Config, state: dict, atol: fl
         value=diff,
         threshold=atol,
         better="lower",
+    )
+
+
+def _forwards_before_save(launch: Launch, cfg: workload.Config) -> tuple[int, int] | None:
+    """(rank, forwards): the rank that last wrote the checkpoint and how many training
+    forwards it had run by then; None when no torch.save of it was traced."""
+    saves = [e for e in launch.of("save") if e["path"] == str(cfg.checkpoint)]
+    if not saves:
+        return None
+    last = max(saves, key=lambda e: e["t"])
+    return last["rank"], sum(1 for e in launch.of("forward", last["rank"]) if e["t"] <= last["t"])
+
+
+def _early_cause(step: int, steps: int, launch: Launch, cfg: workload.Config) -> str:
+    """The checkpoint equals the parameters after `step` of `steps`; the trace says when it
+    was written. After `step` or `step + 1` forwards (before that step's update): a save made
+    too early. After more: the weights stopped moving while training went on."""
+    holds = f"the checkpoint holds the parameters after step {step} of {steps}"
+    saved = _forwards_before_save(launch, cfg)
+    if saved is None or saved[1] <= step + 1:
+        return f"{holds}: save after the last step of the epoch"
+    written = f"written by rank {saved[0]} after its {saved[1]} training forwards"
+    if step == 0:
+        return (
+            f"the checkpoint, {written}, holds the initial parameters: the weights did not "
+            "change during training, so the optimizer does not update the model that trains "
+            "(build it over the DDP model's parameters, model.parameters(), and call "
+            "optimizer.step() after each backward)"
+        )
+    return (
+        f"{holds}, though it was {written}: the weights stopped changing after step {step}; "
+        "check that every step's optimizer.step() updates the model that trains"
     )
 
 
