@@ -89,12 +89,66 @@ def test_slow_train_its_costless_twin_and_the_fix_log_the_same_run():
     )
 
 
+def found_habits(found) -> list[str]:
+    """The habits a diagnosis of a 10-step run with validation every 5 steps holds."""
+    return found.habits(habit_checks.allowed_syncs(10, 5), TENSOR_OPS)
+
+
+TENSOR_OPS = habit_checks.THRESHOLDS["tensor-ops"].value
+
+
 def test_spy_finds_every_habit_alone_and_none_in_the_reference():
     for habit in lesson.HABITS:
         _, found = lesson.diagnose(keeping(habit), 10, 5)
-        assert found.habits(habit_checks.allowed_syncs(10, 5)) == [habit]
+        assert found_habits(found) == [habit]
     _, found = lesson.diagnose(lesson.reference_fast_train, 10, 5)
-    assert found.habits(habit_checks.allowed_syncs(10, 5)) == [] and found.n_syncs == 2
+    assert found_habits(found) == [] and found.n_syncs == 2
+
+
+class HandSGD(torch.optim.Optimizer):
+    """A learner's Optimizer: one parameter tensor at a time, through .data."""
+
+    def __init__(self, params, lr=LR):
+        super().__init__(params, {"lr": lr})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.data.add_(p.grad, alpha=-group["lr"])
+
+
+@pytest.mark.parametrize(
+    "optimizer_fn, loop",
+    [
+        (lambda p: torch.optim.AdamW(p, LR, BETAS, EPS, WEIGHT_DECAY, foreach=False), True),
+        (lambda p: HandSGD(p), True),
+        (lambda p: torch.optim.AdamW(p, LR, BETAS, EPS, WEIGHT_DECAY), False),
+        (adamw(fused=True), False),
+    ],
+    ids=["torch-for-loop", "own-optimizer-class", "torch-default", "fused"],
+)
+def test_spy_tells_a_per_tensor_optimizer_from_torchs_choice(optimizer_fn, loop):
+    """foreach=False and a learner's own per-tensor step are loops; the default (foreach=None:
+    torch's choice for the device) and fused are not."""
+    _, found = lesson.diagnose(fast_with(optimizer_fn), 10, 5)
+    assert found.loop_optimizer(TENSOR_OPS) is loop
+
+
+def test_spy_counts_no_graph_for_validation_with_frozen_parameters():
+    """requires_grad_(False) around validation records no graph and updates no parameter."""
+
+    def frozen_validation(model, data, steps, device, eval_every=10):
+        model.to(device).train()
+        xv, yv = torch.from_numpy(data.x_val).to(device), torch.from_numpy(data.y_val).to(device)
+        log = fast_with(adamw())(model, data, steps, device, eval_every)
+        model.eval().requires_grad_(False)
+        (model(xv).argmax(1) == yv).float().mean()
+        model.train().requires_grad_(True)
+        return log
+
+    _, found = lesson.diagnose(frozen_validation, 10, 5)
+    assert found.eval_forwards_with_grad == 0 and found.param_inplace_ops == 0
 
 
 def test_fast_train_check_passes_the_reference_fix():
@@ -117,6 +171,31 @@ def test_fast_train_check_fails_a_single_fix_on_speed_naming_the_biggest_remaini
     only_one_fixed = keeping(*(h for h in lesson.HABITS if h != fixed))
     speed = part(lesson.check_fast_train, only_one_fixed, "speed")
     assert speed.status == "failed" and f"biggest cost still in your loop: {named}" in speed.message
+
+
+@pytest.mark.parametrize(
+    "habit, name, said",
+    [
+        ("loop-optimizer", "optimizer", "one parameter tensor at a time"),
+        ("eval-autograd", "validation without autograd", "torch.inference_mode()"),
+    ],
+)
+def test_fast_train_check_fails_a_cheap_habit_by_its_probe_not_its_time(
+    habit, name, said, no_timing, monkeypatch
+):
+    """Each costs too little on a CPU for the timing to fail it (0.78 and 0.74 of the fix)."""
+    monkeypatch.setattr(habit_checks, "steps_and_every", lambda: (10, 5))  # half the work
+    probe = part(lesson.check_fast_train, keeping(habit), name)
+    assert probe.status == "failed" and said in probe.message
+
+
+def test_fast_train_check_fails_torchs_for_loop_optimizer_by_its_flag(no_timing, monkeypatch):
+    monkeypatch.setattr(habit_checks, "steps_and_every", lambda: (10, 5))  # half the work
+    adamw_for_loop = fast_with(
+        lambda p: torch.optim.AdamW(p, LR, BETAS, EPS, WEIGHT_DECAY, foreach=False)
+    )
+    probe = part(lesson.check_fast_train, adamw_for_loop, "optimizer")
+    assert probe.status == "failed" and "foreach=False" in probe.message
 
 
 def test_fast_train_check_fails_an_item_every_step_even_on_a_cpu(no_timing):

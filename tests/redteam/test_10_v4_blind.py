@@ -537,23 +537,6 @@ FAST_TRAIN = [
 ]
 
 
-# Open (issue 26 follow-up): the check's rule passes a speed-up of at least half the fix's, so
-# keeping one habit (a for-loop optimizer: 0.78x; validation with autograd: 0.74x) passes, and
-# its passing message even names that habit. A probe-based rule (ops per optimizer step, saved
-# tensors in validation) is owed. Not strict: on a loaded machine the ratio can drop below 0.5.
-OPEN = {"wrong-keeps_loop_optimizer", "wrong-val_with_autograd"}
-FAST_TRAIN = [
-    pytest.param(
-        *p.values,
-        id=p.id,
-        marks=[*p.marks, pytest.mark.xfail(strict=False, reason="open hole: half-the-fix rule")]
-        if p.id in OPEN
-        else p.marks,
-    )
-    for p in FAST_TRAIN
-]
-
-
 @pytest.mark.parametrize(("fn", "expect", "names", "not_names"), FAST_TRAIN)
 def test_fast_train(fn, expect, names, not_names):
     anomaly = torch.is_anomaly_enabled()

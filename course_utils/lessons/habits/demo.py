@@ -35,6 +35,8 @@ SYNC_NAMES = frozenset(
     "item tolist numpy cpu __bool__ __float__ __int__ __index__ __format__ __repr__ __str__ "
     "nonzero is_nonzero equal allclose unique masked_select".split()
 )
+# In-place by name, but they write no value of the tensor: flags, not updates.
+NOT_UPDATES = frozenset({"requires_grad_", "share_memory_"})
 FACTORIES = frozenset("tensor as_tensor zeros ones full arange empty eye randn rand".split())
 # The order in which habits cost time on a CPU, biggest first: what each adds to a step when
 # it is the only one left in the fixed loop (4.2-4.9 ms/step), cpu-bf16 2-core, process CPU
@@ -62,10 +64,17 @@ class Diagnosis:
     syncs: Counter = field(default_factory=Counter)  # name -> calls
     numpy_copies: int = 0
     host_built_moved: int = 0
+    # in-place ops on a parameter's storage (p, p.data, a view) outside torch.optim's own
+    # step: the learner's per-tensor updates (adamw_step, a hand loop, a custom Optimizer)
     param_inplace_ops: int = 0
     n_params: int = 0
+    # torch.optim steps run by the for-loop implementation (foreach=False, not fused); the
+    # default foreach=None is torch's choice for the device (foreach on CUDA), not counted
+    loop_optimizer_steps: int = 0
     anomaly_on: bool = False
     profiler_on: bool = False
+    # validation forwards whose output requires grad: autograd recorded a graph and saved
+    # activations for a backward that never comes (frozen parameters record none)
     eval_forwards_with_grad: int = 0
     model: nn.Module | None = field(default=None, repr=False)  # as the run left it
 
@@ -73,12 +82,23 @@ class Diagnosis:
     def n_syncs(self) -> int:
         return sum(self.syncs.values())
 
-    def habits(self, allowed_syncs: int) -> list[str]:
+    @property
+    def tensor_ops_per_step(self) -> float:
+        """In-place ops on parameters per parameter tensor per step: a per-tensor update
+        touches every tensor at least once a step (adamw_step: 2), foreach and fused none."""
+        return self.param_inplace_ops / max(self.n_params * self.steps, 1)
+
+    def loop_optimizer(self, tensor_ops: float) -> bool:
+        """Whether an optimizer updated one tensor at a time: above `tensor_ops` in-place
+        ops per tensor per step, or torch.optim's for-loop implementation chosen."""
+        return self.tensor_ops_per_step > tensor_ops or self.loop_optimizer_steps > 0
+
+    def habits(self, allowed_syncs: int, tensor_ops: float) -> list[str]:
         """The habits this run still has, biggest cost first (COST_ORDER)."""
         found = {
             "anomaly": self.anomaly_on,
             "profiler": self.profiler_on,
-            "loop-optimizer": self.param_inplace_ops >= self.n_params * self.steps,
+            "loop-optimizer": self.loop_optimizer(tensor_ops),
             "syncs": self.n_syncs > allowed_syncs,
             "eval-autograd": self.eval_forwards_with_grad > 0,
             "numpy-copies": self.numpy_copies >= self.steps,
@@ -96,36 +116,59 @@ class HabitSpy(TorchFunctionMode):
     def __init__(self, model: nn.Module, train_batch: int):
         super().__init__()
         self.params = {id(p) for p in model.parameters()}
+        self.storages = _storages(model)  # refreshed at each forward: .to(cuda) moves them
         self.train_batch, self.host_built = train_batch, {}  # id -> weakref
         self.d = Diagnosis(steps=0, n_params=len(self.params))
         self._hooks = [
             model.register_forward_pre_hook(self._forward),
-            # torch.optim reads its step counters (host tensors) with .item(): not a sync
-            register_optimizer_step_pre_hook(lambda *_: self._pause(True)),
-            register_optimizer_step_post_hook(lambda *_: self._pause(False)),
+            model.register_forward_hook(self._forward_done),
+            register_optimizer_step_pre_hook(self._step_begins),
+            register_optimizer_step_post_hook(self._step_ends),
         ]
-        self._paused = False
+        self._stepping: list = []  # the optimizers whose step is running, innermost last
 
-    def _pause(self, paused: bool) -> None:
-        self._paused = paused
+    def _step_begins(self, optimizer, *_) -> None:
+        self._stepping.append(optimizer)
+        if _torch_step(optimizer) and _for_loop(optimizer):
+            self.d.loop_optimizer_steps += 1
 
-    def _forward(self, module: nn.Module, args) -> None:
-        d = self.d
-        d.anomaly_on |= torch.is_anomaly_enabled()
-        d.profiler_on |= _profiler_on()
+    def _step_ends(self, *_) -> None:
+        if self._stepping:
+            self._stepping.pop()
+
+    def _validation(self, module: nn.Module, args) -> bool:
         x = args[0] if args else None
-        validation = not module.training or (
+        return not module.training or (
             isinstance(x, torch.Tensor) and x.shape[0] != self.train_batch
         )
-        if validation and torch.is_grad_enabled():
-            d.eval_forwards_with_grad += 1
+
+    def _forward(self, module: nn.Module, args) -> None:
+        self.d.anomaly_on |= torch.is_anomaly_enabled()
+        self.d.profiler_on |= _profiler_on()
+        self.storages = _storages(module)
+
+    def _forward_done(self, module: nn.Module, args, output) -> None:
+        if self._validation(module, args) and _records_graph(output):
+            self.d.eval_forwards_with_grad += 1
+
+    def _on_param(self, name: str, first) -> bool:
+        """An in-place op (name_) on a parameter, through the Parameter, .data or a view."""
+        if not name.endswith("_") or name.startswith("__") or name in NOT_UPDATES:
+            return False
+        if not isinstance(first, torch.Tensor):
+            return False
+        return id(first) in self.params or _storage(first) in self.storages
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
         first = args[0] if args else None
         out = func(*args, **kwargs)
-        if self._paused:
+        if self._stepping:
+            # torch.optim reads its step counters (host tensors) with .item(): not a sync; its
+            # own updates are judged by foreach/fused, a learner's Optimizer by its ops
+            if not _torch_step(self._stepping[-1]) and self._on_param(name, first):
+                self.d.param_inplace_ops += 1
             return out
         if name in SYNC_NAMES and isinstance(first, torch.Tensor):
             self.d.syncs[name] += 1
@@ -136,7 +179,7 @@ class HabitSpy(TorchFunctionMode):
                 self.host_built[id(out)] = weakref.ref(out)
         elif name in ("to", "cuda") and self._host_built(first):
             self.d.host_built_moved += 1
-        elif name.endswith("_") and not name.startswith("__") and id(first) in self.params:
+        elif self._on_param(name, first):
             self.d.param_inplace_ops += 1
         return out
 
@@ -148,6 +191,36 @@ class HabitSpy(TorchFunctionMode):
         for hook in self._hooks:
             hook.remove()
         return self.d
+
+
+def _storage(t: torch.Tensor) -> int | None:
+    """The address of a tensor's storage, shared by .data and views; None without one."""
+    try:
+        return t.untyped_storage().data_ptr() or None
+    except (RuntimeError, NotImplementedError):  # sparse, meta and wrapper tensors
+        return None
+
+
+def _storages(model: nn.Module) -> set[int]:
+    return {s for p in model.parameters() if (s := _storage(p)) is not None}
+
+
+def _torch_step(optimizer) -> bool:
+    """Whether the running step is torch.optim's own code (AdamW, SGD, ...), not a class of
+    the learner's that overrides step."""
+    return (getattr(type(optimizer).step, "__module__", None) or "").startswith("torch.")
+
+
+def _for_loop(optimizer) -> bool:
+    """torch.optim's for-loop implementation asked for: foreach=False and not fused. The
+    default (foreach=None) lets torch pick per device: foreach on CUDA, the loop on a CPU."""
+    return any(g.get("foreach") is False and not g.get("fused") for g in optimizer.param_groups)
+
+
+def _records_graph(output) -> bool:
+    """Whether a forward's output carries an autograd graph (activations saved with it)."""
+    outputs = output if isinstance(output, tuple | list) else (output,)
+    return any(isinstance(o, torch.Tensor) and o.requires_grad for o in outputs)
 
 
 def _profiler_on() -> bool:
