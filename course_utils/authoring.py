@@ -305,6 +305,7 @@ def setup_cell(lesson_module: str | None):
     )
     return code(
         "import sys\n\n"
+        'print("Setting up: PyTorch and the course harness take a few seconds to load")\n'
         'if "google.colab" in sys.modules:  # Colab: install the course harness first\n'
         "    get_ipython().run_line_magic(\n"
         f'        "pip", "install -q git+{REPOSITORY}"\n'

@@ -1,8 +1,15 @@
 """The solution notebooks run top to bottom in quick mode (nbval), and notebooks/ is what
-`course assign` makes of solutions/."""
+`course assign` makes of solutions/.
+
+CI runs each solution checks-only (its demo cells emptied, as `course grade --checks-only`
+does): the solution's answers must pass their checks. The demos run in CI too, in
+tests/test_learner_path.py's untouched learner copies, where they use the reference answers;
+COURSE_TESTS=all runs every solution whole, demos on the solution's own answers.
+"""
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -11,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.authoring import assign
+from course_utils.authoring import assign, read, write
+from course_utils.grading.demos import skip_demos
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
@@ -19,6 +27,7 @@ SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
 # process (docs/authoring.md), and nbval passed for each at load 9-15 while the helpers of the
 # last session worked beside it; two at a time keeps `.ci/run` inside its 20 minutes.
 AT_ONCE = 2
+ALL = os.environ.get("COURSE_TESTS") == "all"
 # the longest first (seconds in CI's log), so the last notebook does not run alone
 LONGEST = ("11_capstone", "01_one_cycle", "10_habits", "06_ddp", "02_batch_size", "03_data_loading")
 
@@ -28,7 +37,18 @@ def test_notebooks_are_in_sync_with_solutions():
     assert not stale, f"run `course assign`: out of date: {stale}"
 
 
+def _checks_only(notebook: Path, folder: Path) -> Path:
+    """A copy of the solution in `folder` with its demo cells emptied (cells stay in place)."""
+    solution = read(notebook)
+    nb, _ = skip_demos(copy.deepcopy(solution), solution)
+    path = folder / notebook.name
+    write(nb, path)
+    return path
+
+
 def _nbval(notebook: Path, folder: Path) -> subprocess.CompletedProcess:
+    if not ALL:
+        notebook = _checks_only(notebook, folder)
     env = {**os.environ, "COURSE_QUICK": "1", "COURSE_DATASET": "offline", "MPLBACKEND": "Agg"}
     cmd = [
         sys.executable,
