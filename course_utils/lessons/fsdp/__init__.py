@@ -1,7 +1,9 @@
 """Lesson 13: sharding with FSDP2. The models (model), each strategy applied and what a rank
 holds (sharding), peaks (peak), all-gathers counted (collectives), torchrun from a notebook
 (launch) and its entry point (worker: options, extras, shard_probe), the demos (demo); answers
-in reference and reference_scripts; checks in checks and shard_check (thresholds in thresholds, exercise 2's scenarios in plans)."""
+in reference and reference_scripts; checks in checks and shard_check (thresholds in thresholds,
+exercise 1's models in specimens and its diagnosis in diagnose, exercise 2's scenarios in plans,
+exercise 3's structural probe in shard_groups)."""
 
 from .checks import THRESHOLDS, check_plan, check_predict
 from .demo import (

@@ -25,8 +25,15 @@ from .thresholds import THRESHOLDS
 
 
 def _close(predicted: float, measured: float) -> bool:
-    slack = THRESHOLDS["bytes_rtol"].value * measured + THRESHOLDS["bytes_atol"].value
-    return abs(predicted - measured) <= slack
+    """Equal as byte counts (whole numbers: the slack is only for float arithmetic)."""
+    return abs(predicted - measured) <= THRESHOLDS["bytes_atol"].value
+
+
+def _off_by(predicted: float, truth: float) -> str:
+    """How far off, as a ratio, or in bytes where the ratio rounds to 1."""
+    if truth and abs(predicted / truth - 1) >= 0.01:
+        return f" ({predicted / truth:.3g}x)"
+    return f" ({predicted - truth:+,.0f} B)"
 
 
 def _as_prediction(value, where: str) -> dict[str, float]:
@@ -85,14 +92,14 @@ def _judge_predictions(predict_bytes, measured: dict) -> list[Part]:
                 truth = measured[case.name, strategy][kind]
                 if not _close(got[kind], truth):
                     cause = named_cause(kind, got[kind], truth, causes, _close)
-                    ratio = f" ({got[kind] / truth:.3g}x)" if truth else ""
+                    ratio = _off_by(got[kind], truth)
                     wrong.append(
                         f"{strategy} {kind}: measured {truth:,.0f} B on the fullest rank, "
                         f"predicted {got[kind]:,.0f} B{ratio}"
                         + (f": your number is what {cause} gives" if cause else "")
                     )
         message = (
-            "all 9 figures within 0.5% of the measured bytes"
+            "all 9 figures equal to the measured bytes"
             if not wrong
             else "; ".join(wrong[:4]) + (f"; and {len(wrong) - 4} more" if len(wrong) > 4 else "")
         )
@@ -178,7 +185,8 @@ def _verdict(name: str, plan: str, need: dict, times: dict, device: float) -> Pa
             name,
             False,
             f"{head}; keeping the gathered parameters (reshard_after_forward=False) fits too, "
-            f"and resharding all-gathers {extra} more times per step (counted)",
+            f"and resharding all-gathers {extra} more time{'s' if extra != 1 else ''} per step "
+            "(counted)",
         )
     rivals = [p for p in fitting if PLANS[p][0] != PLANS[plan][0]]
     rivals = [p for p in rivals if p != "FSDP2, reshard" or "FSDP2, keep" not in fitting]

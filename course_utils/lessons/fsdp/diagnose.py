@@ -5,6 +5,7 @@ learner's number is what that mistake gives, and not the truth."""
 from __future__ import annotations
 
 STATES = {"sgd": 0, "momentum": 1, "adam": 2}  # tensors of a parameter's shape per parameter
+STEP_BYTES = {"adam": 4}  # Adam's step counter: one float32 scalar per trained tensor
 
 
 def variants(measured: dict, case, strategy: str) -> dict[str, dict]:
@@ -12,6 +13,9 @@ def variants(measured: dict, case, strategy: str) -> dict[str, dict]:
     `measured`: (case name, strategy) -> kind -> bytes on the fullest rank."""
     ddp, mine = measured[case.name, "ddp"], measured[case.name, strategy]
     world, states = case.world, STATES[case.optimizer]
+    params = list(case.spec.build().parameters())
+    step = STEP_BYTES.get(case.optimizer, 0)
+    counters = step * sum(p.requires_grad for p in params)  # on a rank that holds every state
     out: dict[str, dict] = {}
     if strategy == "fsdp":
         out["every rank gets exactly 1/world of each tensor"] = {
@@ -19,7 +23,7 @@ def variants(measured: dict, case, strategy: str) -> dict[str, dict]:
         }
         out["frozen parameters counted as trained"] = {
             "gradients": mine["parameters"],
-            "optimizer": states * mine["parameters"],
+            "optimizer": states * mine["parameters"] + step * len(params),
         }
     else:
         out["frozen parameters counted as trained"] = {"gradients": ddp["parameters"]}
@@ -30,9 +34,15 @@ def variants(measured: dict, case, strategy: str) -> dict[str, dict]:
             "gradients": ddp["gradients"] / world,
         }
     elif case.optimizer == "adam":
-        out["Adam taken to keep one state per parameter"] = {"optimizer": mine["optimizer"] / 2}
+        moments = mine["optimizer"] - counters
+        out["Adam taken to keep one state per parameter"] = {"optimizer": moments / 2 + counters}
+        out["Adam's step counters left out (4 B per trained tensor)"] = {"optimizer": moments}
     if case.spec.dtype == "bfloat16":
         out["4 bytes per element assumed"] = {"parameters": 2 * mine["parameters"]}
+        if strategy != "zero1":  # the state takes the parameter's dtype; the counters float32
+            out["optimizer state taken as float32"] = {
+                "optimizer": 2 * (mine["optimizer"] - counters) + counters
+            }
     return out
 
 

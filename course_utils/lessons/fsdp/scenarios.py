@@ -10,6 +10,9 @@ MODELS = {  # name -> (spec, optimizer, per-rank batch)
     "deep": (Spec(width=96, depth=8, classes=10, seed=3), "momentum", 16),
     "adam": (Spec(width=112, depth=6, classes=10, seed=4), "adam", 16),
     "wide-head": (Spec(width=64, depth=3, classes=6000, seed=5), "adam", 16),
+    # ZeRO-1's greedy gives the head (67,840 elements) to rank 0 and both block weights
+    # (65,536 each) to rank 1: rank 1 holds 1.9x rank 0's Adam state; 128 rows of activations
+    "rank-1-fullest": (Spec(width=128, depth=1, classes=530, hidden=512, seed=6), "adam", 128),
 }
 
 

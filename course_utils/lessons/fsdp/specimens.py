@@ -1,6 +1,7 @@
 """The models exercise 1's check predicts for, unseen by the learner: shapes whose rows do
-not divide by the world size, a frozen half, a head that dwarfs the rest, bfloat16, worlds of
-2, 3 and 4. `measure` gets what each rank really holds from the real DDP, ZeRO-1 and FSDP2
+not divide by the world size, a frozen half, a head that dwarfs the rest, a ZeRO-1 partition
+whose fullest rank is not rank 0, many small tensors (Adam's step counters a few % of the
+state), bfloat16 with and without optimizer state, worlds of 2, 3 and 4. `measure` gets what each rank really holds from the real DDP, ZeRO-1 and FSDP2
 code, on a pretend world (sharding.measured_holdings)."""
 
 from __future__ import annotations
@@ -39,6 +40,21 @@ CASES = (
         Spec(width=50, depth=3, classes=7, dtype="bfloat16", seed=4),
         3,
         "sgd",
+    ),
+    # ZeRO-1's greedy: the head (1,600 elements) to rank 0, then both 1,024-element weights to
+    # rank 1: rank 1 holds 16,392 B of Adam state, rank 0 12,804 B
+    Case(
+        "a head and weights of similar size, 4 ranks, Adam",
+        Spec(width=16, depth=2, classes=100, seed=5),
+        4,
+        "adam",
+    ),
+    # 34 tensors of at most 64 elements: the step counters are 2.8% of DDP's Adam state
+    Case(
+        "many small tensors, bfloat16, 2 ranks, Adam",
+        Spec(width=4, depth=8, classes=2, dtype="bfloat16", seed=6),
+        2,
+        "adam",
     ),
 )
 KINDS = ("parameters", "gradients", "optimizer")

@@ -1,7 +1,8 @@
 """torchrun entry point of lesson 13: `python -m torch.distributed.run --standalone
 --nproc_per_node=2 -m course_utils.lessons.fsdp.worker TASK --out R.json [...]`.
 
-Tasks: `plans NAME...` measures every plan on the named models (scenarios.MODELS); `demo`
+Tasks: `plans NAME... [--untimed A,B]` measures every plan on the named models
+(scenarios.MODELS), only counting the all-gathers of the untimed ones; `demo`
 adds what the notebook shows beside them (mixed precision, a sharded checkpoint); `shard
 FILE` grades a learner's `shard_model` (shard_probe). Rank 0 writes one JSON result.
 """
@@ -34,12 +35,16 @@ def setup() -> torch.device:
     return device
 
 
-def run(task: str, names: list[str], device, rounds: int, steps: int, folder: Path) -> dict:
+def run(task: str, names: list[str], device, rounds: int, steps: int, folder: Path,
+        untimed: tuple = ()) -> dict:  # fmt: skip
     from . import scenarios
 
-    if task == "plans":
+    if task == "plans":  # untimed models: all-gathers counted, no timing rounds
         return {
-            n: scenarios.measure(n, device, rounds=rounds, steps=steps, peaks=False) for n in names
+            n: scenarios.measure(
+                n, device, rounds=0 if n in untimed else rounds, steps=steps, peaks=False
+            )
+            for n in names
         }
     if task == "demo":
         from .extras import checkpoint_round_trip, mixed_precision
@@ -64,10 +69,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--rounds", type=int, default=4)  # interleaved timing rounds
     parser.add_argument("--steps", type=int, default=2)  # training steps per timed sample
+    parser.add_argument("--untimed", default="")  # plans: models (a,b) only counted, not timed
     args = parser.parse_args()
     device = setup()
     try:
-        result = run(args.task, args.names, device, args.rounds, args.steps, args.out.parent)
+        untimed = tuple(filter(None, args.untimed.split(",")))
+        result = run(
+            args.task, args.names, device, args.rounds, args.steps, args.out.parent, untimed
+        )
         result = {
             "result": result,
             "world": dist.get_world_size(),
