@@ -44,15 +44,9 @@ def stopped() -> Iterator[None]:
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:
-    import psutil
+    from ..processes import kill_tree  # psutil: imported when a kernel must be stopped
 
-    try:
-        parent = psutil.Process(proc.pid)
-        for child in parent.children(recursive=True):
-            child.kill()
-        parent.kill()
-    except psutil.NoSuchProcess:
-        pass
+    kill_tree(proc.pid, wait_s=0)
 
 
 GRADING_ENV = "COURSE_GRADING"  # read by course_utils.checks.stops_the_run

@@ -17,8 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import psutil
-
+from ..processes import kill_tree
 from .items import LESSONS, Item
 
 STATE = "state.json"
@@ -42,20 +41,6 @@ def _child_env() -> dict:
     """The settings a child must see now (the fork server kept those it started with)."""
     names = ("COURSE_", "OMP_", "CUDA_", "PYTORCH_", "TORCH")
     return {k: v for k, v in os.environ.items() if k.startswith(names)}
-
-
-def _kill_tree(pid: int) -> None:
-    try:
-        parent = psutil.Process(pid)
-        family = parent.children(recursive=True) + [parent]
-    except psutil.NoSuchProcess:
-        return
-    for p in family:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(family, timeout=10)
 
 
 def _log_tail(path: Path, lines: int = 3) -> str:
@@ -85,7 +70,7 @@ def run_one(item: Item, out: Path, *, quick: bool, timeout: float) -> dict:
     child.join(timeout)
     wall = time.perf_counter() - t0
     if child.is_alive():
-        _kill_tree(child.pid)
+        kill_tree(child.pid)
         child.join(5)
         return {
             "status": "timeout",

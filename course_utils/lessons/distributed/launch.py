@@ -10,7 +10,6 @@ interrupted cell kills it too.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -22,8 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
+from ...processes import kill_tree
 from .workload import TRACE_ENV
 
 LEARNER_ENV = "COURSE_LEARNER_RUN"  # set while a check runs the learner's code
@@ -203,24 +201,8 @@ def _is_echo(message: str) -> bool:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    """Stop torchrun and every process under it: SIGTERM, then SIGKILL after 5 s.
-
-    torchrun starts each worker in a session of its own, so killing torchrun's process group
-    would miss them; the process tree is collected first and every member is signalled.
-    """
-    try:
-        family = [psutil.Process(proc.pid)]
-        family += family[0].children(recursive=True)
-    except psutil.NoSuchProcess:
-        family = []
-    for p in family:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.terminate()
-    _, alive = psutil.wait_procs(family, timeout=5)
-    for p in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.kill()
-    psutil.wait_procs(alive, timeout=5)
+    """Stop torchrun and every process under it: SIGTERM, then SIGKILL after 5 s."""
+    kill_tree(proc.pid, grace_s=5)
     proc.wait()
 
 

@@ -9,7 +9,6 @@ a per-process trace; this one only needs an exit code, the output and a JSON res
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -19,8 +18,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 import torch
+
+from ...processes import kill_tree
 
 LEARNER_ENV = "COURSE_LEARNER_RUN"  # set while a check runs the learner's code
 
@@ -133,16 +133,5 @@ def torchrun(task: str, args: list = (), **options) -> Launch:
 
 def _kill_tree(proc: subprocess.Popen) -> None:
     """SIGTERM torchrun and every process under it, then SIGKILL what is left after 5 s."""
-    try:
-        family = [psutil.Process(proc.pid)]
-        family += family[0].children(recursive=True)
-    except psutil.NoSuchProcess:
-        family = []
-    for p in family:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.terminate()
-    _, alive = psutil.wait_procs(family, timeout=5)
-    for p in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.kill()
+    kill_tree(proc.pid, grace_s=5)
     proc.wait()
