@@ -26,8 +26,9 @@ if TYPE_CHECKING:  # report imports this module to write its pages
 MEANING = (
     "Effect = baseline / improved of a quantity where less is better (time, memory), measured "
     "on the workload named in its row: above 1 the technique helped on this machine. n is how "
-    "many ratios it rests on: for n >= 2, the median of n interleaved baseline/improved pairs, "
-    "their IQR in brackets; for n = 1, one ratio of a baseline and an improved figure, with no "
+    "many ratios it rests on: for n >= 2, the median of n baseline/improved ratios (for times, "
+    "interleaved pairs; the workload says when they are one per rank or per seed), their IQR "
+    "in brackets; for n = 1, one ratio of a baseline and an improved figure, with no "
     "spread measured (no IQR, no error bar). Where a check of the same notebook measured a "
     "related workload, its figure is shown beside, labelled as the check's; where that check "
     "found the effect not applicable here, the effect is marked not shown on this device."
