@@ -237,7 +237,9 @@ def test_the_method_line_says_what_was_done_for_pairs_and_single_ratios(syntheti
     md, _ = pages(synthetic, tmp_path)
     assert MEANING in md
     assert (
-        "for n >= 2, the median of n interleaved" in MEANING and "for n = 1, one ratio" in MEANING
+        "for n >= 2, the median of n baseline/improved ratios (for times, interleaved pairs"
+        in MEANING
+        and "for n = 1, one ratio" in MEANING
     )
     assert "(median of interleaved pairs, IQR in brackets)" not in md  # the old, untrue line
 
