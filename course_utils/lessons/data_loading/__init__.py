@@ -8,7 +8,6 @@ from .checks import (
     THRESHOLDS,
     check_fast_loader,
     check_profile,
-    check_transfer,
 )
 from .demo import (
     BATCH,
@@ -51,6 +50,7 @@ from .reference import (
     reference_profile,
     reference_to_device,
 )
+from .transfer_check import check_transfer
 
 __all__ = [
     "target_loss",

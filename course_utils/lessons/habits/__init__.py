@@ -1,15 +1,11 @@
 """Lesson 10, habits: a slow training loop to diagnose and fix, copy-free numpy conversion,
 and evaluation without autograd. The notebook imports this package as `lesson`."""
 
-from .checks import THRESHOLDS, check_evaluate, check_fast_train
+from .checks import THRESHOLDS, check_fast_train
 from .conversion import check_to_tensor
 from .demo import (
-    COST_ORDER,
-    Diagnosis,
-    HabitSpy,
     ablation,
     conversion_timings,
-    diagnose,
     eval_specimen,
     optimizer_timings,
     plot_ablation,
@@ -17,6 +13,7 @@ from .demo import (
     time_runs,
     zero_grad_effect,
 )
+from .evaluate_check import check_evaluate
 from .loop import (
     HABITS,
     NumpyData,
@@ -30,6 +27,7 @@ from .loop import (
     variant_train,
 )
 from .reference import reference_evaluate, reference_fast_train, reference_to_tensor
+from .spy import COST_ORDER, Diagnosis, HabitSpy, diagnose
 
 __all__ = [
     "COST_ORDER",

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import numbers
-
 import torch
 
 from ...checks import (
@@ -19,11 +15,9 @@ from ...checks import (
     retry_measure,
 )
 from ...device import device_class, get_device
-from ...memory import activation_bytes
 from ...mode import pick
 from ...protocol import FAILED
-from . import demo, loop, probes
-from .reference import reference_evaluate
+from . import demo, loop, probes, spy
 
 THRESHOLDS = {
     # Speed of the learner's loop over slow_train, as a fraction of the speed-up the reference
@@ -200,7 +194,7 @@ def _speed(fast_train, steps: int, eval_every: int) -> tuple[float, float, float
 def check_fast_train(fast_train) -> list:
     steps, every = steps_and_every()
     data = loop.make_data(**CHECK_DATA)
-    log, found = demo.diagnose(fast_train, steps, every, data=data)
+    log, found = spy.diagnose(fast_train, steps, every, data=data)
     # slow_train's own results, computed without its costs: only its optimizer loop kept,
     # which is what fixes the arithmetic (a test checks both log the same run)
     ref_model = loop.make_model()
@@ -245,7 +239,7 @@ def check_fast_train(fast_train) -> list:
     return parts
 
 
-def _optimizer_part(found: demo.Diagnosis, steps: int) -> Part:
+def _optimizer_part(found: spy.Diagnosis, steps: int) -> Part:
     """Fails an optimizer that updates one parameter tensor at a time, by its ops (the
     learner's own loop) or by its flags (torch.optim's for-loop): on a CPU it costs little
     time, so a timing could not tell it apart; on a GPU each small op is a kernel launch."""
@@ -275,7 +269,7 @@ def _optimizer_part(found: demo.Diagnosis, steps: int) -> Part:
     return part
 
 
-def _validation_part(found: demo.Diagnosis, validations: int) -> Part:
+def _validation_part(found: spy.Diagnosis, validations: int) -> Part:
     """Fails validation that records an autograd graph: its output requires grad, so
     activations were saved for a backward that never comes (probed per forward, not timed)."""
     part = at_most(
@@ -294,178 +288,17 @@ def _validation_part(found: demo.Diagnosis, validations: int) -> Part:
 
 
 def remaining_costs(remaining: list[str], cls: str) -> str:
-    """What the speed message says about the habits left, biggest first. demo.COST_ORDER was
+    """What the speed message says about the habits left, biggest first. spy.COST_ORDER was
     measured on a CPU: on a CPU class it names the biggest; elsewhere it lists them and says
     their order there is unknown (on a GPU each sync also waits for the queue to drain, so
     the CPU's order need not hold)."""
     if not remaining:
         return ""
     if cls.startswith("cpu"):  # host-side costs: measured on cpu-bf16, no bf16 math involved
-        still = f"; the biggest cost still in your loop: {demo.HABITS[remaining[0]]}"
+        still = f"; the biggest cost still in your loop: {loop.HABITS[remaining[0]]}"
         return still + (f" (then: {', '.join(remaining[1:])})" if remaining[1:] else "")
     return (
         f"; still in your loop: {', '.join(remaining)} (biggest first as measured on a CPU, "
-        f"{'/'.join(demo.COST_ORDER_MEASURED_ON)}; their order on {cls} was never measured, "
+        f"{'/'.join(spy.COST_ORDER_MEASURED_ON)}; their order on {cls} was never measured, "
         "and there every sync also waits for the device)"
     )
-
-
-@check(
-    "10-evaluate",
-    points=2,
-    hint="Reread section 3: what does each of the two switches change, and which of them "
-    "does the colleague's code use, and how? Call your evaluate twice on a model in train "
-    "mode and compare: the accuracy, model.training of every submodule, "
-    "torch.is_grad_enabled(), and the accuracy over all rows at once.",
-)
-def check_evaluate(evaluate) -> list:
-    model, x, y = demo.eval_specimen()
-    x, y = x[:EVAL_ROWS], y[:EVAL_ROWS]  # 7 batches of 64 and one of 13: batches do not divide
-    expected = reference_evaluate(model, x, y, 64)
-    buffers = {k: v.clone() for k, v in model.state_dict().items() if "running" in k}
-    result: list = []
-    grad_was = torch.is_grad_enabled()
-    with _training_seen(model) as training:  # which module types ran in train mode
-        saved = activation_bytes(lambda: result.append(evaluate(model, x, y, 64)))
-    grad_after = torch.is_grad_enabled()
-    torch.set_grad_enabled(grad_was)  # the rest of the check, and the notebook, need it back
-    got = result[0]
-    moved = [
-        k for k, v in model.state_dict().items() if k in buffers and not torch.equal(v, buffers[k])
-    ]
-    parts = [at_most("nothing saved for backward", saved, 0, "bytes autograd saved", unit=" B")]
-    number = isinstance(got, numbers.Real) and not isinstance(got, bool)
-    ok = isinstance(got, numbers.Real | torch.Tensor) and abs(float(got) - expected) < 1e-6
-    cause = _train_mode_cause(training, moved) or (
-        "" if ok else _accuracy_cause(got, model, x, y, 64)
-    )
-    said = f"you measured {got!r}, eval mode gives {expected:.4f}{cause}"
-    parts.append(correct("accuracy", ok, said))
-    kind = type(got).__module__ + "." + type(got).__qualname__
-    parts.append(
-        correct(
-            "a Python float",
-            number,
-            "evaluate returns a Python number"
-            if number
-            else f"evaluate returns a {kind}, not a Python float: the exercise asks for a float",
-        )
-    )
-    parts.append(_modes_part("mode restored", model, training=True))
-    model.eval()
-    evaluate(model, x, y, 64)
-    torch.set_grad_enabled(grad_was)
-    parts.append(_modes_part("eval mode kept", model, training=False))
-    model.train()
-    with torch.no_grad():  # a caller with autograd already off must find it off afterwards
-        evaluate(model, x, y, 64)
-        off_kept = not torch.is_grad_enabled()
-    torch.set_grad_enabled(grad_was)
-    frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
-    said = f"{len(frozen)} parameters no longer require grad" if frozen else "all still do"
-    parts.append(correct("still trainable", not frozen, f"after evaluate: {said}"))
-    parts.append(
-        correct(
-            "autograd left on",
-            grad_after == grad_was,
-            "autograd is on after evaluate, as before"
-            if grad_after == grad_was
-            else "after evaluate autograd is OFF for the whole program (torch.is_grad_enabled() "
-            "is False): switch it off only inside a `with torch.inference_mode():` block",
-        )
-    )
-    parts.append(
-        correct(
-            "autograd left off",
-            off_kept,
-            "called under torch.no_grad(), autograd is still off after evaluate, as before"
-            if off_kept
-            else "called under torch.no_grad() (autograd off), evaluate returns with autograd "
-            "ON: it switched autograd on instead of putting back the state it found",
-        )
-    )
-    return parts
-
-
-@contextlib.contextmanager
-def _training_seen(model):
-    """The module types (BatchNorm, Dropout) that ran a forward in train mode meanwhile: a
-    forward pre-hook on each records module.training, so a message names only those."""
-    seen: set[str] = set()
-    kinds = {"BatchNorm": torch.nn.modules.batchnorm._BatchNorm, "Dropout": torch.nn.Dropout}
-
-    def hook(kind):
-        return lambda module, args: seen.add(kind) if module.training else None
-
-    handles = [
-        m.register_forward_pre_hook(hook(kind))
-        for m in model.modules()
-        for kind, cls in kinds.items()
-        if isinstance(m, cls)
-    ]
-    try:
-        yield seen
-    finally:
-        for h in handles:
-            h.remove()
-
-
-def _train_mode_cause(training: set[str], moved: list[str]) -> str:
-    """What ran in train mode, as the hooks and the running buffers confirmed it."""
-    said = []
-    if "BatchNorm" in training or moved:
-        said.append("BatchNorm updated its running statistics from the validation data")
-    if "Dropout" in training:
-        said.append("Dropout dropped units")
-    if not said:
-        return ""
-    which = " and ".join(said)
-    if len(said) == 2:
-        return f"; {which}: the model was in train mode (call model.eval())"
-    return (
-        f"; {which}: it ran in train mode though other submodules were in eval mode "
-        "(model.eval() sets every submodule)"
-    )
-
-
-EVAL_ROWS = 7 * 64 + 13
-
-
-def _accuracy_cause(got, model, x, y, batch_size: int) -> str:
-    """Name a batching mistake only when recomputing it reproduces the learner's number."""
-    if not isinstance(got, float | int | torch.Tensor):
-        return ""
-    probe = copy.deepcopy(model).eval()  # the learner's model keeps its modes, as they left them
-    with torch.inference_mode():
-        hits = [
-            (probe(x[i : i + batch_size]).argmax(1) == y[i : i + batch_size]).float()
-            for i in range(0, len(x), batch_size)
-        ]
-    full = len(x) // batch_size
-    mean_of_batches = float(torch.stack([h.mean() for h in hits]).mean())
-    dropped_last = float(torch.cat(hits[:full]).mean())
-    if abs(float(got) - mean_of_batches) < 1e-6:
-        return (
-            f"; that is the mean of per-batch accuracies: the last batch holds "
-            f"{len(x) - full * batch_size} rows, not {batch_size}: count the hits, divide by len(x)"
-        )
-    if abs(float(got) - dropped_last) < 1e-6:
-        return f"; that is the accuracy without the last, partial batch ({len(x) - full * batch_size} rows)"
-    return ""
-
-
-def _modes_part(name: str, model, *, training: bool):
-    """The mode of every submodule, not only the top one's flag."""
-    want = "train" if training else "eval"
-    off = [n or "the model" for n, m in model.named_modules() if m.training != training]
-    if not off:
-        said = f"a model in {want} mode before evaluate is in {want} mode after, every submodule"
-    elif "the model" in off:
-        said = f"a model in {want} mode before evaluate is in {'eval' if training else 'train'} mode after (restore the mode it had)"
-    else:
-        said = (
-            f"the model says training={training} but {len(off)} submodule(s) are not in {want} "
-            f"mode ({', '.join(off[:3])}): model.train(was) sets every submodule, "
-            "model.training = was only the top one"
-        )
-    return correct(name, not off, said)
