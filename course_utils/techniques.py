@@ -4,7 +4,12 @@ Kuhn's *Faster Deep Learning Training with PyTorch – a 2021 Guide*
 (https://efficientdl.com/faster-deep-learning-in-pytorch-a-guide/) numbers its tips 1-17; the
 lessons cite those numbers (tests/test_citations.py reads them from here) and the book's cheat
 sheet is built from this table and the committed results (course_utils.references), so no
-figure or tip number is typed twice. Techniques beyond the guide have `tip=None`.
+figure or tip number is typed twice. Techniques beyond the guide, and combinations of its tips,
+have `tip=None`.
+
+`effect` ties a row to the one `cu.effect` headline that measures that very technique (the start
+of its name, tests/test_techniques.py holds every call to exactly one row of its lesson): an
+effect of a whole fixed loop belongs to the row for the whole loop, never to one habit in it.
 """
 
 from __future__ import annotations
@@ -45,9 +50,27 @@ class Technique:
     pays: str  # when it pays, in words
     classes: tuple[str, ...]  # device classes where the course expects it to pay
     effect: str = ""  # the start of the lesson's `cu.effect` technique name, if it reports one
+    cost: str = ""  # what it costs where it pays, in words (the lesson measures it)
 
 
 TECHNIQUES = (
+    Technique(
+        "timing that waits for the device",
+        None,
+        "00_measuring",
+        "torch.cuda.synchronize(); t0 = time.perf_counter()  # warm up first, median of repeats",
+        "every speed claim: CUDA queues work asynchronously; interleave what you compare",
+        ALL_CLASSES,
+    ),
+    Technique(
+        "the profiler, before optimising",
+        None,
+        "00_measuring",
+        'with torch.profiler.profile() as p: step(); print(p.key_averages().table(sort_by="self_cpu_time_total"))',
+        "before changing anything: find the op that takes the time",
+        ALL_CLASSES,
+        cost="slows every op while it records: never in a training run",
+    ),
     Technique(
         "one-cycle learning rate",
         1,
@@ -148,6 +171,8 @@ TECHNIQUES = (
         "when activations do not fit: memory for about a third more compute",
         ALL_CLASSES,
         effect="activation checkpointing",
+        cost="a slower step: each segment's forward runs again in backward (the lesson's check "
+        "times it)",
     ),
     Technique(
         "gradient accumulation",
@@ -170,7 +195,15 @@ TECHNIQUES = (
         15,
         "09_no_bias_before_bn",
         "nn.Conv2d(c_in, c_out, 3, padding=1, bias=False)",
-        "always before BN: the bias is cancelled; conv+BN fusion for inference",
+        "always before BN: BN subtracts the mean, which cancels the bias",
+        ALL_CLASSES,
+    ),
+    Technique(
+        "conv+BN fusion for inference",
+        None,
+        "09_no_bias_before_bn",
+        "fused = torch.nn.utils.fusion.fuse_conv_bn_eval(conv, bn)  # eval mode only",
+        "inference: one convolution instead of a convolution and a BN",
         ALL_CLASSES,
         effect="conv+BN fusion",
     ),
@@ -181,7 +214,6 @@ TECHNIQUES = (
         "torch.zeros(n, device=device); no .item()/.cpu() inside the loop",
         "every GPU loop: each host-device sync stalls the queue",
         GPU,
-        effect="fixing the habits",
     ),
     Technique(
         "gradients set to None",
@@ -216,6 +248,24 @@ TECHNIQUES = (
         ALL_CLASSES,
     ),
     Technique(
+        "a training loop without the slow habits",
+        None,
+        "10_habits",
+        "no .item()/print/profiler/detect_anomaly per step; zero_grad(set_to_none=True)",
+        "every loop: each habit costs a little, together they dominate the step",
+        ALL_CLASSES,
+        effect="fixing the habits",
+    ),
+    Technique(
+        "all of it together: a speed-run to a target accuracy",
+        None,
+        "11_capstone",
+        "cu.diagnose(...)  # find the largest cost, fix it, measure the time to target again",
+        "a fixed accuracy target: time to target, with an ablation of what paid",
+        ALL_CLASSES,
+        effect="the capstone speed-run",
+    ),
+    Technique(
         "scaled dot-product attention",
         None,
         "12_transformers",
@@ -232,6 +282,15 @@ TECHNIQUES = (
         "mixed-length documents: no compute spent on padding",
         ALL_CLASSES,
         effect="packing documents",
+    ),
+    Technique(
+        "fused AdamW + autocast for a transformer",
+        None,
+        "12_transformers",
+        "opt = torch.optim.AdamW(model.parameters(), lr, fused=True)  # + autocast in the step",
+        "transformer training on tensor cores; at small widths the casts may cost more",
+        ("cuda-tensorcore", "cpu-bf16"),
+        effect="fused AdamW + autocast",
     ),
     Technique(
         "FSDP2 sharding",

@@ -1,132 +1,135 @@
-"""Write the book's Sphinx source from a report folder and the repository, then build it."""
+"""Write the book's Sphinx source from a report folder and the repository, build it in a
+temporary folder, check that every lesson the report ran shows its outputs, and publish the
+HTML alone: no doctrees, and no `jupyter_execute/` (MyST-NB writes it beside the build)."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
+from ..authoring import REPOSITORY
 from ..errors import UsageError
-from . import notebooks, pages
+from . import notebooks, pages, theme
+from .cheatsheet import cheat_sheet
+from .errors import BookError
+from .landing import landing_page
+from .results import results_page
+from .runs import Run, committed_runs, qa_files
 
 ROOT = Path(__file__).resolve().parents[2]
-
-CONF = """\
-project = "Faster PyTorch Training"
-author = "the course's authors"
-extensions = ["myst_nb"]
-html_theme = "sphinx_book_theme"
-html_title = "Faster PyTorch Training"
-html_extra_path = ["extra"]
-html_favicon = "favicon.svg"  # else browsers ask for /favicon.ico and log a 404
-html_context = {{"default_mode": "light"}}  # unset, the theme logs a console error per page
-html_theme_options = {{"repository_url": "{repo}", "use_repository_button": True}}
-nb_execution_mode = "off"  # the book renders what `course report` ran; it executes nothing
-myst_enable_extensions = ["colon_fence"]
-exclude_patterns = ["_build", "extra"]
-suppress_warnings = ["mystnb.unknown_mime_type"]  # the course's check and effect records
-"""
-FAVICON = (
-    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">'
-    '<path d="M2 14 L8 2 L14 14 Z" fill="#ee4c2c"/></svg>'
-)
+OUTPUT_MARK = 'class="cell_output'  # MyST-NB's container of a code cell's outputs
 
 
-def _index(report: dict, lessons: list[str]) -> str:
-    env = report.get("env", {})
-    lines = [
-        "# Faster PyTorch Training",
-        "",
-        "One lesson per technique of Kuhn's *Faster Deep Learning Training with PyTorch – a "
-        "2021 Guide* (https://efficientdl.com/faster-deep-learning-in-pytorch-a-guide/), and "
-        "two beyond it, each measured on the device at hand.",
-        "",
-        f"Every lesson page shows the outputs of `{report.get('command', '?')}` on "
-        f"{env.get('device_name', '?')} (`{env.get('device_class', '?')}`), "
-        f"{report.get('date', '?')}.",
-        "",
-        "```{toctree}",
-        ":caption: Lessons",
-        ":maxdepth: 1",
-        "",
-        *lessons,
-        "```",
-        "",
-        "```{toctree}",
-        ":caption: Reference",
-        ":maxdepth: 1",
-        "",
-        "cheatsheet",
-        "results",
-        "glossary",
-        "```",
-    ]
-    return "\n".join(lines) + "\n"
+@dataclass
+class Source:
+    """What `write_source` wrote: the run the lesson pages show, and each lesson as drawn."""
+
+    run: Run
+    views: dict[str, notebooks.LessonView]  # by notebook name, in reading order
+    report_dir: Path
+
+
+def read_report(report_dir: Path) -> Run:
+    path = report_dir / "results.json"
+    if not path.is_file():
+        raise UsageError(f"{path} not found: run `course report` first (it writes it)")
+    return Run.from_json(json.loads(path.read_text(encoding="utf-8")))
 
 
 def write_source(
     src: Path, report_dir: Path, *, with_solutions: bool = False, root: Path = ROOT
-) -> list[str]:
-    """Write the Sphinx source tree into `src`; returns the lessons it holds."""
-    results_json = report_dir / "results.json"
-    if not results_json.is_file():
-        raise UsageError(f"{results_json} not found: run `course report` first (it writes it)")
-    report = json.loads(results_json.read_text(encoding="utf-8"))
-    own_class = report.get("env", {}).get("device_class", "?")
+) -> Source:
+    """Write the Sphinx source tree into `src`."""
+    run = read_report(report_dir)
+    own_class = run.env.get("device_class", "?")
     results = root / "docs" / "results"
+    committed = committed_runs(results)
     if src.exists():
         shutil.rmtree(src)
-    (src / "extra" / "downloads").mkdir(parents=True)
-    (src / "extra" / "results").mkdir(parents=True)
-    (src / "results").mkdir()
-    lessons = []
+    (src / "_static").mkdir(parents=True)
+    views = {}
     for learner in sorted((root / "notebooks").glob("*.ipynb")):
-        nb, how = notebooks.learner_view(
+        stem = learner.stem
+        view = notebooks.learner_view(
             learner, report_dir / "executed" / learner.name, with_solutions=with_solutions
         )
-        stem = learner.stem
+        nb = view.nb
         for cell in nb.cells:
             if cell.cell_type == "markdown":
                 cell.source = pages.rewrite_links(cell.source)
-        nb.cells.insert(1, nbformat.v4.new_markdown_cell(pages.lesson_header(report, stem, how)))
+        header = pages.lesson_header(run, stem, view.how, with_solutions=with_solutions)
+        nb.cells.insert(1, nbformat.v4.new_markdown_cell(header))
         nb.cells.append(
-            nbformat.v4.new_markdown_cell(pages.lesson_references(stem, own_class, results))
+            nbformat.v4.new_markdown_cell(pages.lesson_references(stem, own_class, committed))
         )
         notebooks.write(nb, src / f"{stem}.ipynb")
-        shutil.copy(learner, src / "extra" / "downloads" / learner.name)
-        lessons.append(stem)
-    for path in sorted(results.iterdir()):
-        if path.suffix == ".md":
-            (src / "results" / path.name).write_text(
-                pages.rewrite_links(path.read_text(encoding="utf-8")), encoding="utf-8"
+        views[stem] = view
+    titles = {stem: view.title for stem, view in views.items()}
+    every = [run, *committed]
+    written = {
+        "index.md": landing_page(titles, run, committed, REPOSITORY),
+        "cheatsheet.md": cheat_sheet(titles, every),
+        "results.md": results_page(titles, every, qa_files(results)),
+        "glossary.md": pages.glossary(root / "docs" / "glossary.md"),
+        "conf.py": theme.CONF.format(repo=REPOSITORY),
+        "favicon.svg": theme.FAVICON,
+        "_static/course.css": theme.CSS,
+    }
+    for name, text in written.items():
+        (src / name).write_text(text, encoding="utf-8")
+    return Source(run, views, report_dir)
+
+
+def unshown(source: Source, html: Path | None = None) -> list[str]:
+    """The lessons the report ran whose page shows no output, each with why and what to run;
+    with `html`, judged on the built pages too."""
+    problems = []
+    for stem, view in source.views.items():
+        if stem not in source.run.notebooks:
+            continue  # the report did not run it: drawn bare, and its note says so
+        shown = view.how == "ran" and view.cells_with_outputs > 0
+        if shown and html is not None:
+            shown = OUTPUT_MARK in (html / f"{stem}.html").read_text(encoding="utf-8")
+        if shown:
+            continue
+        executed = source.report_dir / "executed" / f"{stem}.ipynb"
+        record = source.run.notebooks[stem]
+        if view.how == "another version":
+            why = (
+                f"{executed} is another version of notebooks/{stem}.ipynb (cells "
+                f"{', '.join(view.differs[:5])} differ): run `course assign` if solutions/ "
+                f"changed, then `course report --only {stem[:2]}`"
             )
-        elif path.is_file():
-            shutil.copy(path, src / "extra" / "results" / path.name)
-    for path in sorted(results.glob("*.png")):  # .md pages show their figures from beside them
-        shutil.copy(path, src / "results" / path.name)
-    stems = set(lessons)
-    (src / "index.md").write_text(_index(report, lessons), encoding="utf-8")
-    (src / "cheatsheet.md").write_text(pages.cheat_sheet(results, stems), encoding="utf-8")
-    (src / "results.md").write_text(
-        pages.results_page(results)
-        + _hidden_toc(sorted(p.stem for p in (src / "results").glob("*.md"))),
-        encoding="utf-8",
-    )
-    (src / "glossary.md").write_text(
-        pages.glossary(root / "docs" / "glossary.md"), encoding="utf-8"
-    )
-    from ..authoring import REPOSITORY
-
-    (src / "conf.py").write_text(CONF.format(repo=REPOSITORY), encoding="utf-8")
-    (src / "favicon.svg").write_text(FAVICON, encoding="utf-8")
-    return sorted(stems)
+        elif record.get("outcome", "completed") != "completed":
+            why = f"its run ended {record['outcome']} ({record.get('detail', '')})"
+        elif view.how == "not run":
+            why = f"{executed} is missing"
+        elif not view.cells_with_outputs:
+            why = f"{executed} holds no outputs"
+        else:
+            why = f"its built page shows none of the outputs of {executed}"
+        problems.append(f"{stem}: the report ran it, but its page would show no outputs: {why}")
+    return problems
 
 
-def _hidden_toc(names: list[str]) -> str:
-    return "\n```{toctree}\n:hidden:\n\n" + "\n".join(f"results/{n}" for n in names) + "\n```\n"
+def _publish(html: Path, out: Path, source: Source, root: Path) -> None:
+    """Copy the built site to `out`: the HTML alone, the learner notebooks as its downloads
+    (and behind the theme's download button, which serves _sources/NN.ipynb)."""
+    if out.exists() and any(out.iterdir()) and not (out / "index.html").is_file():
+        raise BookError(f"{out} exists and is not a book: give another --out, or remove it")
+    if out.exists():
+        shutil.rmtree(out)
+    shutil.copytree(html, out, ignore=shutil.ignore_patterns(".doctrees", ".buildinfo"))
+    (out / "downloads").mkdir()
+    for stem in source.views:
+        learner = root / "notebooks" / f"{stem}.ipynb"
+        shutil.copy(learner, out / "downloads" / learner.name)
+        shutil.copy(learner, out / "_sources" / learner.name)
 
 
 def build_book(
@@ -136,16 +139,23 @@ def build_book(
     with_solutions: bool = False,
     root: Path = ROOT,
 ) -> list[str]:
-    """Build the site into `out`; returns Sphinx's warnings (a clean build has none)."""
+    """Build the site into `out`; returns Sphinx's warnings (a clean build has none). Raises
+    BookError when a lesson the report ran would be shown without its outputs."""
     try:
         from sphinx.cmd.build import build_main
     except ImportError as exc:  # the [book] extra
         raise UsageError("course book needs Sphinx: pip install -e '.[book]'") from exc
     with tempfile.TemporaryDirectory(prefix="course-book-") as tmp:
-        src, log = Path(tmp) / "src", Path(tmp) / "warnings.txt"
-        write_source(src, report_dir, with_solutions=with_solutions, root=root)
-        code = build_main(["-b", "html", "-q", "-w", str(log), str(src), str(out)])
+        src, html, log = Path(tmp) / "src", Path(tmp) / "html", Path(tmp) / "warnings.txt"
+        source = write_source(src, report_dir, with_solutions=with_solutions, root=root)
+        if problems := unshown(source):
+            raise BookError("\n".join(problems))
+        doctrees = str(Path(tmp) / "doctrees")  # outside the site: never published
+        code = build_main(["-b", "html", "-q", "-w", str(log), "-d", doctrees, str(src), str(html)])
         warnings = [w for w in log.read_text(encoding="utf-8").splitlines() if w.strip()]
-    if code != 0:
-        raise UsageError(f"sphinx-build failed ({code}): " + "; ".join(warnings[-5:]))
+        if code != 0:
+            raise UsageError(f"sphinx-build failed ({code}): " + "; ".join(warnings[-5:]))
+        if problems := unshown(source, html):
+            raise BookError("\n".join(problems))
+        _publish(html, Path(out), source, root)
     return warnings

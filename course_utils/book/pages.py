@@ -1,29 +1,26 @@
-"""The book's own pages, written as MyST markdown from the course's data, never typed figures:
-the cheat sheet (course_utils.techniques + committed results), the results per device
-(docs/results), the glossary (docs/glossary.md), and each lesson's header and reference rows."""
+"""The parts of a lesson page the book adds (its header and the other devices' results), and
+the links of the course's markdown as the site serves them."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
-from ..references import ReferenceRow, reference_rows
-from ..techniques import GUIDE_TIPS, TECHNIQUES, Technique
+from ..authoring import REPOSITORY
+from .runs import REPO_FILES, Run, figure
 
 LINK = re.compile(r"\[([^\]]+)\]\(\.\./docs/([^)#\s]+)(#[^)\s]*)?\)")
+LOCAL = re.compile(r"\[([^\]]+)\]\((#[^)\s]+)\)")
 
 
 def site_href(doc_path: str, anchor: str = "") -> str:
-    """Where a repository path under docs/ lives in the site."""
+    """Where a repository path under docs/ is read from the site: the glossary is a page of the
+    book; docs/results and every other file are read in the repository."""
     if doc_path == "glossary.md":
         return "glossary.html" + anchor
-    if doc_path.startswith("results/") and doc_path.endswith(".md"):
-        return doc_path[:-3] + ".html" + anchor
-    return doc_path + anchor  # json, png and other files are copied as they are
-
-
-LOCAL = re.compile(r"\[([^\]]+)\]\((#[^)\s]+)\)")
+    if doc_path.startswith("results/"):
+        return REPO_FILES + doc_path.removeprefix("results/") + anchor
+    return f"{REPOSITORY}/blob/main/docs/{doc_path}{anchor}"
 
 
 def rewrite_links(markdown: str) -> str:
@@ -37,139 +34,45 @@ def glossary(source: Path) -> str:
     return rewrite_links(source.read_text(encoding="utf-8"))
 
 
-def lesson_header(report: dict, lesson: str, how: str) -> str:
-    env = report.get("env", {})
-    where = f"{env.get('device_name', '?')} (`{env.get('device_class', '?')}`)"
-    if how == "ran":
-        how = f"Outputs from `{report.get('command', '?')}` on {where}, {report.get('date', '?')}"
-        how += "; demos ran on the reference answers, exercises show the learner's starting code."
+def lesson_header(run: Run, lesson: str, how: str, *, with_solutions: bool = False) -> str:
+    """The note under a lesson's title: whose outputs these are, and how to run it yourself."""
+    where = f"{run.device}, {run.date}"
+    if how == "ran" and with_solutions:
+        text = (
+            f"Outputs from `{run.command}` ({run.mode}) on {where}, with the reference answers "
+            "and the checks' verdicts on them (an instructor's book)."
+        )
+    elif how == "ran":
+        text = (
+            f"Outputs from `{run.command}` ({run.mode}) on {where}. Demos ran on the reference "
+            "answers; exercise cells show your starting code, and each check cell says only "
+            "whether the reference answer passed."
+        )
     else:
-        what = "did not run this lesson" if how == "not run" else "ran an older version of it"
-        how = f"The report run of {report.get('date', '?')} on {where} {what}:"
-        how += " the page shows the notebook without outputs (run `course report` again)."
+        what = "did not run this lesson" if how == "not run" else "ran another version of it"
+        text = (
+            f"The report run of {where} {what}: this page shows the notebook without outputs "
+            f"(`course report --only {lesson[:2]}` runs it)."
+        )
     return (
-        f"```{{note}}\n{how}\n"
-        f'<a href="downloads/{lesson}.ipynb">Download the learner notebook</a> or open it in '
-        "Colab (badge "
-        "above). Reference results of other devices are at the end of this page.\n```"
+        f"```{{note}}\n{text}\n\n"
+        f'To run it: <a href="downloads/{lesson}.ipynb">download the learner notebook</a> (or '
+        "the download button above), or open it in Colab (the rocket button above, or the "
+        "badge). Results of other devices are at the end of this page.\n```"
     )
 
 
-def _rows_table(rows: list[ReferenceRow]) -> list[str]:
-    lines = ["| device (class) | date, command | what | measured |", "|---|---|---|---|"]
-    for r in rows:
-        lines.append(
-            f"| {r.device_name} (`{r.device_class}`) | {r.date}, `{r.command}` "
-            f"| {r.what} | {r.figure} |"
-        )
-    return lines
-
-
-def lesson_references(lesson: str, own_class: str, results: Path) -> str:
-    rows = [r for r in reference_rows(lesson, results) if r.device_class != own_class]
+def lesson_references(lesson: str, own_class: str, runs: list[Run]) -> str:
+    """What the committed runs of other device classes measured for `lesson`."""
     lines = ["## Reference results on other devices", ""]
-    if not rows:
+    others = [r for r in runs if r.env.get("device_class") != own_class and lesson in r.notebooks]
+    for run in others:
+        effects = run.effects(lesson)
+        said = "; ".join(f"{e.technique}, {e.metric}: {figure(e)}" for e in effects)
+        lines.append(f"- {run.label()}: {said or 'no headline effect'}; {run.checks_text(lesson)}.")
+    if not others:
         lines.append(
-            f"No committed run of another device class than `{own_class}` covers this lesson "
-            "yet. The [results page](results.md) lists every committed run."
+            f"No committed run of a device class other than `{own_class}` covers this lesson yet."
         )
-        return "\n".join(lines)
-    lines.append(
-        f"From the committed runs in `docs/results` (device classes other than `{own_class}`):"
-    )
-    return "\n".join([*lines, "", *_rows_table(rows)])
-
-
-def _runs(results: Path) -> list[tuple[str, dict]]:
-    out = []
-    for path in sorted(results.glob("*.json")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and isinstance(data.get("runs"), dict):
-            out.append((path.name, data))
-    return out
-
-
-def results_page(results: Path) -> str:
-    """Every committed run side by side: one column per run, one row per headline effect;
-    then every file in docs/results, linked."""
-    runs = _runs(results)
-    head = ["# Results per device", ""]
-    head.append(
-        "Each column is one committed `course report` run (`docs/results/*.json`): device, "
-        "class, date and command in its header. Effect = baseline / improved (above 1 helped), "
-        "the median of n interleaved pairs with its IQR, or one ratio (n=1, no spread)."
-    )
-    rows: dict[tuple[str, str], dict[str, str]] = {}
-    for name, data in runs:
-        for lesson, run in data["runs"].items():
-            for e in run.get("effects", []):
-                rows.setdefault((lesson, e["technique"]), {})[name] = _figure(e)
-    cols = [
-        f"{d['env'].get('device_name', '?')} (`{d['env'].get('device_class', '?')}`), "
-        f"{d.get('date', '?')}, `{d.get('command', '?')}`"
-        for _, d in runs
-    ]
-    table = ["| lesson | technique | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
-    for (lesson, technique), figures in sorted(rows.items()):
-        cells = [figures.get(name, "not measured") for name, _ in runs]
-        table.append(f"| [{lesson}]({lesson}.ipynb) | {technique} | " + " | ".join(cells) + " |")
-    files = ["## Every file in docs/results", ""]
-    for path in sorted(results.iterdir()):
-        if path.is_file():
-            files.append(f'- <a href="{site_href("results/" + path.name)}">{path.name}</a>')
-    return "\n".join([*head, "", *table, "", *files, ""])
-
-
-def _figure(effect: dict) -> str:
-    n = effect.get("n", len(effect.get("ratios", [])))
-    q1, q3 = effect.get("spread", [effect["ratio"]] * 2)
-    return (
-        f"{effect['ratio']:.2f}x (IQR {q1:.2f}-{q3:.2f}, n={n})"
-        if n > 1
-        else (f"{effect['ratio']:.2f}x (n=1)")
-    )
-
-
-def _measured(t: Technique, runs: list[tuple[str, dict]]) -> str:
-    if not t.effect:
-        return "no headline effect: graded for correctness"
-    found = []
-    for name, data in runs:
-        for e in data["runs"].get(t.lesson, {}).get("effects", []):
-            if e["technique"].startswith(t.effect):
-                env = data["env"]
-                found.append(
-                    f"{_figure(e)} on {env.get('device_name', '?')} "
-                    f"(`{env.get('device_class', '?')}`), {data.get('date', '?')} "
-                    f'(<a href="{site_href("results/" + name)}">{name}</a>)'
-                )
-    return "; ".join(found) or "not measured in a committed run yet"
-
-
-def cheat_sheet(results: Path, lessons: set[str]) -> str:
-    """One row per technique of the `lessons` in the book."""
-    runs = _runs(results)
-    lines = [
-        "# Cheat sheet",
-        "",
-        "One row per technique the course teaches. *Tip* is the tip number of Kuhn's "
-        "[Faster Deep Learning Training with PyTorch – a 2021 Guide]"
-        '(https://efficientdl.com/faster-deep-learning-in-pytorch-a-guide/); "beyond" marks '
-        "techniques the guide predates. *Measured* is read from the committed runs in "
-        "`docs/results`, with the file each figure comes from.",
-        "",
-        "| technique | tip | when it pays | device classes | measured | one line | lesson |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for t in (t for t in TECHNIQUES if t.lesson in lessons):
-        tip = f"{t.tip}: {GUIDE_TIPS[t.tip]}" if t.tip else "beyond"
-        classes = ", ".join(f"`{c}`" for c in t.classes) or "none measured"
-        code = t.code.replace("|", "\\|")
-        lines.append(
-            f"| {t.name} | {tip} | {t.pays} | {classes} | {_measured(t, runs)} "
-            f"| `{code}` | [{t.lesson}]({t.lesson}.ipynb) |"
-        )
-    return "\n".join(lines) + "\n"
+    lines += ["", "The [results page](results.md) sets every committed run side by side."]
+    return "\n".join(lines)
