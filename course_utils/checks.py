@@ -1,18 +1,23 @@
 """The graded-check API that locked check cells call.
 
 A check is a function decorated with `@check(id, points, hint)` that measures the learner's
-code and returns its parts (`correct(...)`, `at_least(...)`, `not_applicable(...)`). The
-decorator turns the outcome into one CheckResult: it prints a verdict a beginner can read,
-emits the structured result (mimetype MIME) that `course grade` reads, and raises
-CheckFailed for a failure, so nbval marks the cell (a not-attempted check raises only under a
-test runner: `stops_the_run`). Each verdict is recorded in `answers`, whose
-`learner_or_reference` lets demos use the learner's answer once its check passed it.
+code and returns its parts (`correct(...)`, `at_least(...)`, `not_applicable(...)`). Its body
+never calls the learner's code itself: it receives each function or class the cell passed as
+an answer and runs it through probes (course_utils.probes), so the same body decides the
+verdict in the learner's notebook and, under `course grade`, in a judge process the learner's
+code cannot reach (course_utils.judged, course_utils.grading.judge).
+
+The decorator turns the outcome into one CheckResult: it prints a verdict a beginner can read,
+emits the structured result (mimetype MIME) for the notebook, and raises CheckFailed for a
+failure, so nbval marks the cell (a not-attempted check raises only under a test runner:
+`stops_the_run`). Each verdict is recorded in `answers`, whose `learner_or_reference` lets
+demos use the learner's answer once its check passed it.
 
 Every check is registered by its id in REGISTRY (the `grade_id` of its locked cell). A
-lesson's reference answers are marked `@reference`: while a check runs the learner's code
-(every plain function passed to the check is wrapped), calling one raises ReferenceUsed,
-and the check fails saying so. Outside checks, demos may use them freely. Functions that read
-a held-out split are marked `@held_out` and guarded the same way (HeldOutUsed).
+lesson's reference answers are marked `@reference`: in a notebook, where they exist, a probe
+that runs the learner's code into one raises ReferenceUsed, and the check fails saying so.
+The grading kernel has none (course_utils.grading.kernel_harness). Functions that read a
+held-out split are marked `@held_out` and guarded the same way (HeldOutUsed).
 """
 
 from __future__ import annotations
@@ -20,16 +25,16 @@ from __future__ import annotations
 import functools
 import html
 import os
-import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
+from . import judged, probes
 from .answers import USES_REFERENCE, WITHHELD, learner_or_reference, record, verdict_of
 from .device import DEVICE_CLASSES, device_class
 from .errors import CheckFailed, ReferenceUsed, ReferenceWithheld
 from .guards import _guard, held_out, held_out_reads, reference
 from .mode import untimed_reason
+from .probes import LearnerRaised, SessionLost, learner_frame
 from .protocol import ERROR, FAILED, MIME, NOT_APPLICABLE, NOT_ATTEMPTED, PASSED
 
 REGISTRY: dict[str, Callable] = {}  # check id -> the decorated check
@@ -100,7 +105,9 @@ def stops_the_run(status: str) -> bool:
 
 
 _ICON = {PASSED: "✅", FAILED: "❌", NOT_ATTEMPTED: "✏️", ERROR: "💥", NOT_APPLICABLE: "➖"}
-_HARNESS = str(Path(__file__).parent)
+# a box's left border: green passed, grey not applicable, blue and dashed not attempted (an
+# exercise still to write is not a failure), red failed or errored
+_COLOUR = {PASSED: "#1a7f37", NOT_APPLICABLE: "#6e7781", NOT_ATTEMPTED: "#0969da"}
 
 
 @dataclass
@@ -136,6 +143,12 @@ class CheckResult:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: dict) -> CheckResult:
+        """A result as the judge sent it (its own to_dict)."""
+        parts = [Part(**p) for p in data.get("parts", [])]
+        return cls(**{**data, "parts": parts})
+
     def _ipython_display_(self) -> None:
         """Already shown by `emit`: a check cell's return value adds nothing under IPython."""
 
@@ -152,7 +165,8 @@ class CheckResult:
         return "\n".join(lines)
 
     def html(self) -> str:
-        colour = {PASSED: "#1a7f37", NOT_APPLICABLE: "#6e7781"}.get(self.status, "#cf222e")
+        colour = _COLOUR.get(self.status, "#cf222e")
+        line = "dashed" if self.status == NOT_ATTEMPTED else "solid"
         rows = "".join(
             f"<li>{_ICON[p.status]} <b>{html.escape(p.name)}</b>: {html.escape(p.message)}</li>"
             for p in self.parts
@@ -165,7 +179,7 @@ class CheckResult:
             else ""
         )
         return (
-            f'<div style="border-left:4px solid {colour};padding:4px 10px;margin:4px 0">'
+            f'<div style="border-left:4px {line} {colour};padding:4px 10px;margin:4px 0">'
             f"<b>{_ICON[self.status]} Check {html.escape(self.check_id)}: {self.status}</b> "
             f"({self.points:g}/{self.max_points:g} points, device class {self.device_class})"
             f'<ul style="margin:2px 0">{rows}</ul>{hint}</div>'
@@ -267,19 +281,6 @@ def retry_measure(
     return value
 
 
-def _learner_frame(exc: BaseException) -> str:
-    """'in your code, line N' for the innermost frame outside the harness and libraries."""
-    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        name = frame.filename
-        if (
-            not name.startswith(_HARNESS)
-            and "site-packages" not in name
-            and "/lib/python" not in name
-        ):
-            return f" (in your code, line {frame.lineno}: `{(frame.line or '').strip()}`)"
-    return ""
-
-
 def _summarise(check_id: str, points: float, hint: str, parts: list[Part]) -> CheckResult:
     statuses = {p.status for p in parts}
     if FAILED in statuses:
@@ -324,60 +325,111 @@ def emit(result: CheckResult) -> None:
     print(result.text())
 
 
-def check(check_id: str, points: float, hint: str = "") -> Callable:
-    """Decorate a check body that returns a list of Parts; see the module docstring."""
+# Checks not yet written with probes (course_utils.probes): their bodies still call the
+# learner's code themselves, so they run in the learner's kernel, as before grading v3, and
+# `course grade` reads their result from the notebook. Emptied lesson by lesson.
+LEGACY: set[str] = {
+    "01-lr-range", "01-one-cycle", "01-adamw",
+    "02-throughput-sweep", "02-largest-batch", "02-noise-scale", "02-lr-scaling",
+    "02-trust-ratio", "02-optimizer-choice",
+    "03-profile", "03-fast-loader", "03-transfer", "03-normalise",
+    "04-loss-scale", "04-fp32-island", "04-amp-step",
+    "05-bucketing", "05-channels-last", "05-break-even",
+    "06-ddp-script", "06-no-sync",
+    "07-accumulation", "07-checkpointed-forward", "07-plan",
+    "08-total-norm", "08-clipped-step", "08-max-norm", "08-amp-clip",
+    "09-remove-biases", "09-speed-verdict", "09-fuse",
+    "10-fast-train", "10-to-tensor", "10-evaluate",
+    "11-speedrun",
+    "12-sdpa-attention", "12-packing", "12-graph-break",
+    "13-predict-bytes", "13-choose-plan", "13-fully-shard",
+}  # fmt: skip
+
+
+def _result(check_id: str, status: str, points: float, message: str, hint: str) -> CheckResult:
+    return CheckResult(check_id, status, 0.0, points, device_class(), message, hint)
+
+
+NOT_ATTEMPTED_MESSAGE = "Not attempted yet: the exercise still raises NotImplementedError."
+INSTRUCTOR_GRADES = (
+    "graded by your instructor: this self-check needs the lesson's reference answer, which "
+    "the learner edition leaves out"
+)
+
+
+def evaluate(
+    check_id: str, points: float, hint: str, body: Callable, args: tuple, kwargs: dict
+) -> CheckResult:
+    """Run a check body on answers (course_utils.probes) and decide its verdict: the same
+    code in a notebook and in the judge. The learner's exceptions reach it as LearnerRaised,
+    so any other exception is the check's own, about what the learner's code returned.
+    Raises SessionLost (the judge only) when the learner's kernel stopped answering."""
+    try:
+        return _summarise(check_id, points, hint, list(body(*args, **kwargs)))
+    except ReferenceWithheld:  # the learner edition: no reference to compare with
+        return _result(check_id, NOT_APPLICABLE, points, INSTRUCTOR_GRADES, hint)
+    except ReferenceUsed as exc:
+        return _result(check_id, FAILED, points, str(exc), hint)
+    except NotImplementedError:
+        return _result(check_id, NOT_ATTEMPTED, points, NOT_ATTEMPTED_MESSAGE, hint)
+    except LearnerRaised as exc:
+        return _result(check_id, ERROR, points, f"Y{str(exc)[1:]}", hint)
+    except SessionLost:  # the judge's to report: no verdict was reached
+        raise
+    except Exception as exc:  # the check's own code failed on what the learner's returned
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        message = (
+            f"the check could not use what your code returned ({type(exc).__name__}: {first[:300]})"
+        )
+        return _result(check_id, ERROR, points, message, hint)
+
+
+def _legacy_result(check_id, points, hint, body, args, kwargs) -> tuple[CheckResult, list]:
+    """A check body that calls the learner's code itself (LEGACY), in this kernel."""
+    answers = [*args, *kwargs.values()]
+    args = tuple(_guard(a) for a in args)
+    kwargs = {k: _guard(v) for k, v in kwargs.items()}
+    try:
+        return _summarise(check_id, points, hint, list(body(*args, **kwargs))), answers
+    except ReferenceWithheld:
+        return _result(check_id, NOT_APPLICABLE, points, INSTRUCTOR_GRADES, hint), []
+    except ReferenceUsed as exc:
+        return _result(check_id, FAILED, points, str(exc), hint), answers
+    except NotImplementedError:
+        return _result(check_id, NOT_ATTEMPTED, points, NOT_ATTEMPTED_MESSAGE, hint), answers
+    except Exception as exc:  # the learner's code raised: report it in one line
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        message = f"Your code raised {type(exc).__name__}: {first}{learner_frame(exc)}"
+        return _result(check_id, ERROR, points, message, hint), answers
+
+
+def check(check_id: str, points: float, hint: str = "", in_kernel: str = "") -> Callable:
+    """Decorate a check body that returns a list of Parts; see the module docstring.
+    `in_kernel`: what of the verdict rests on readings the kernel's own instruments take (a
+    counter around the learner's call, a time measured inside a probe), which the judge takes
+    as sent; the README lists them. Empty: the judge computes or times everything it compares."""
 
     def decorate(body: Callable[..., list[Part]]) -> Callable[..., CheckResult]:
         @functools.wraps(body)
         def run(*args, **kwargs) -> CheckResult:
-            answers = [*args, *kwargs.values()]
-            args = tuple(_guard(a) for a in args)
-            kwargs = {k: _guard(v) for k, v in kwargs.items()}
-            try:
-                result = _summarise(check_id, points, hint, list(body(*args, **kwargs)))
-            except ReferenceWithheld:  # the learner edition: no reference to compare with
-                result = CheckResult(
-                    check_id,
-                    NOT_APPLICABLE,
-                    0.0,
-                    points,
-                    device_class(),
-                    "graded by your instructor: this self-check needs the lesson's reference "
-                    "answer, which the learner edition leaves out",
-                    hint,
-                )
-                record(answers, WITHHELD)  # not a pass: demos must not run it as checked
-                answers = []
-            except ReferenceUsed as exc:
-                result = CheckResult(check_id, FAILED, 0.0, points, device_class(), str(exc), hint)
-            except NotImplementedError:
-                result = CheckResult(
-                    check_id,
-                    NOT_ATTEMPTED,
-                    0.0,
-                    points,
-                    device_class(),
-                    "Not attempted yet: the exercise still raises NotImplementedError.",
-                    hint,
-                )
-            except Exception as exc:  # the learner's code raised: report it in one line
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                result = CheckResult(
-                    check_id,
-                    ERROR,
-                    0.0,
-                    points,
-                    device_class(),
-                    f"Your code raised {type(exc).__name__}: {first}{_learner_frame(exc)}",
-                    hint,
-                )
+            learner = [*args, *kwargs.values()]
+            if check_id in LEGACY:
+                result, learner = _legacy_result(check_id, points, hint, body, args, kwargs)
+            elif judged.active():  # under `course grade`: the judge decides, outside
+                result = judged.judge(check_id, args, kwargs)
+            else:
+                result = evaluate(check_id, points, hint, body, *probes.answers(args, kwargs))
+            if result.status == NOT_APPLICABLE and result.message == INSTRUCTOR_GRADES:
+                record(learner, WITHHELD)  # not a pass: demos must not run it as checked
+            else:
+                record(learner, result.status)
             emit(result)
-            record(answers, result.status)
             if stops_the_run(result.status):
                 raise CheckFailed(check_id, result.status, result.message) from None
             return result
 
-        run.check_id, run.points = check_id, points
+        run.check_id, run.points, run.hint, run.body = check_id, points, hint, body
+        run.in_kernel = in_kernel
         known = REGISTRY.get(check_id)
         if known is not None and (known.__module__, known.__qualname__) != (
             run.__module__,

@@ -3,7 +3,9 @@
 Exit codes: 0 done (whatever learners scored), 1 `assign --check` found differences, a
 `report` check or `selftest` item did not pass, or `grade merge` lacks a shard's results;
 130 interrupted,
-2 usage error (bad path, nothing to grade), 3 a malformed solution notebook.
+2 usage error (bad path, nothing to grade) or an environment that cannot run the course (a
+torchvision built for another torch: `course env` names the pip command), 3 a malformed
+solution notebook.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from .errors import AuthoringError, CourseError, UsageError
 
 
 def _env(args) -> int:
+    from .compat import require_torchvision
+
+    require_torchvision()  # a mismatched pair: one line with the fix (exit 2), not a traceback
     from .session import env
 
     info = env(verbose=not args.json)
@@ -69,6 +74,7 @@ def _grade(args) -> int:
             shard=args.shard,
             allow_mixed_devices=args.allow_mixed_devices,
             lesson=args.lesson,
+            isolation=args.isolation,
         )
     except KeyboardInterrupt:
         from .grading.outbox import STATE_FILE
@@ -236,6 +242,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NN",
         help="every submission answers this lesson (08 or its name): an unreadable one still "
         "counts 0 of its points",
+    )
+    p.add_argument(
+        "--isolation",
+        choices=["auto", "bwrap", "user", "none"],
+        default="auto",
+        help="how each learner's kernel is sandboxed: bwrap where it works, else a grading "
+        "user (root); none runs learner code as you (debugging only)",
     )
     p.set_defaults(run=_grade)
 

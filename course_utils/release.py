@@ -21,6 +21,7 @@ import ast
 import re
 import shutil
 import symtable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,16 +82,18 @@ class ReleaseSummary:
 # --- the package ----------------------------------------------------------------------------
 
 
-def withhold(source: str, module: str) -> tuple[str, list[str]]:
-    """`source` with each top-level answer replaced by `name = withheld("name")`, and the
-    private helpers only those answers used removed; returns it and the names withheld."""
+def withhold(
+    source: str, module: str, answer: Callable[[str], bool] = is_answer
+) -> tuple[str, list[str]]:
+    """`source` with each top-level answer (a function or class whose name `answer` accepts)
+    replaced by `name = withheld("name")`, and the private helpers only those answers used
+    removed; returns it and the names withheld."""
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
     answers = [
         n
         for n in tree.body
-        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
-        and is_answer(n.name)
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and answer(n.name)
     ]
     if not answers:
         return source, []

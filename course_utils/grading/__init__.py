@@ -29,7 +29,7 @@ from ..authoring import read
 from ..errors import UsageError
 from .outbox import GradeSummary, Outbox
 from .settings import RunSettings, solutions_digest
-from .submission import find_submissions
+from .submission import find_submissions, isolation_for
 
 __all__ = ["GradeSummary", "grade"]
 
@@ -47,6 +47,21 @@ def _lesson(lesson: str | None, sols: dict) -> str | None:
     return found[0]
 
 
+def announce_isolation(requested: str, private: list[Path]) -> None:
+    """Say, before any notebook runs, how learners' code will be isolated on this machine
+    (each submission's own line in the log repeats it where it differs, e.g. a Dask worker),
+    and what a grading user could still read. Raises UsageError where no sandbox is possible."""
+    import sys
+
+    from .sandbox import exposure
+
+    isolation = isolation_for(requested)
+    loud = "WARNING: " if isolation.level == "none" else ""
+    print(f"course grade: {loud}learners' code runs in: {isolation.describe()}", file=sys.stderr)
+    for seen in exposure(isolation, private):
+        print(f"course grade: WARNING: {seen}", file=sys.stderr)
+
+
 def grade(
     paths: list[Path],
     out: Path = Path("grades"),
@@ -61,6 +76,7 @@ def grade(
     shard: str | None = None,
     allow_mixed_devices: bool = False,
     lesson: str | None = None,
+    isolation: str = "auto",
 ) -> GradeSummary:
     """Grade every submission under `paths`: on this machine (`jobs` at a time), on a Dask
     cluster (`dask`: an address or local:N), or only one shard's part (`shard`: I/N)."""
@@ -73,8 +89,13 @@ def grade(
     sols = {p.stem: read(p) for p in sol_paths}
     lesson = _lesson(lesson, sols)
     run = RunSettings(
-        cell_timeout, notebook_timeout or max(3600.0, 4 * cell_timeout), quick, checks_only
+        cell_timeout,
+        notebook_timeout or max(3600.0, 4 * cell_timeout),
+        quick,
+        checks_only,
+        isolation,
     )
+    announce_isolation(run.isolation, [*(s.path for s in subs), Path(solutions), Path(out)])
     if shard is not None:
         from .shards import start_shard
 

@@ -6,7 +6,7 @@ import csv
 from dataclasses import asdict
 from pathlib import Path
 
-from ..protocol import GRADE_COLUMNS, NOT_APPLICABLE, PASSED
+from ..protocol import GRADE_COLUMNS, PASSED
 
 
 def _number(value, unit: str = "") -> str:
@@ -33,7 +33,7 @@ def _expected(r) -> str:
 def feedback(sub, rows: list, notes: dict[str, str]) -> str:
     """The learner's feedback file: points, a table of checks, then each check explained."""
     earned = sum(r.points for r in rows)
-    possible = sum(r.max_points for r in rows if r.status != NOT_APPLICABLE)
+    possible = sum(r.max_points for r in rows)
     lesson = rows[0].notebook if rows else ""
     device = next((r.device_class for r in rows if r.device_class), "unknown")
     lines = [f"# Feedback: {sub.name}", ""]
@@ -62,8 +62,9 @@ def explain(r, notes: dict[str, str]) -> list[str]:
 
 
 def write_csvs(out: Path, per_submission: list[list]) -> None:
-    """grades.csv (one row per submission x check) and summary.csv (points per submission;
-    not-applicable checks count against nobody)."""
+    """grades.csv (one row per submission x check) and summary.csv (points per submission, of
+    the lesson's points: a check the grading device could not judge counts 0 of its points,
+    so the total never shrinks to the checks that happened to be judged)."""
     with open(out / "grades.csv", "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(list(GRADE_COLUMNS))
@@ -76,7 +77,7 @@ def write_csvs(out: Path, per_submission: list[list]) -> None:
         writer.writerow(["submission", "notebook", "points", "max_points", "percent"])
         for rows in per_submission:
             earned = sum(r.points for r in rows)
-            possible = sum(r.max_points for r in rows if r.status != NOT_APPLICABLE)
+            possible = sum(r.max_points for r in rows)
             percent = f"{100 * earned / possible:.1f}" if possible else ""
             writer.writerow(
                 [rows[0].submission, rows[0].notebook, f"{earned:g}", f"{possible:g}", percent]

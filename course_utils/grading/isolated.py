@@ -7,9 +7,14 @@ returns a status saying how the run ended, because a dead kernel or a crash must
 reason in the grades, not a lost notebook.
 
 What it trusts comes over the child's witness pipe (see course_utils.grading.execute): the
-status, the last cell started, and the digest of the last save of the executed notebook. A
-notebook file whose bytes differ from that digest was written by something else (the learner's
-code runs as our user, in that folder): it is not read, and the run's outcome is `tampered`.
+status, the last cell started, the judge's verdicts (grading), and the digest of the last save
+of the executed notebook. A notebook file whose bytes differ from that digest was written by
+something else: it is not read, and the run's outcome is `tampered`.
+
+Grading (`sandboxed`): the kernel gets its own folder, workdir/box, and runs under the
+sandbox (course_utils.grading.sandbox) with the answer-free harness; the notebook files stay
+in workdir, which the kernel may pass through but not list (user isolation) or not see at
+all (bwrap).
 """
 
 from __future__ import annotations
@@ -22,9 +27,12 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+
+from .sandbox import Isolation, prepare_box
 
 RUNNING: set[subprocess.Popen] = set()  # the children in flight, for stopped()
 _STOPPING = threading.Event()  # set while an engine stops: a child starting then is killed
@@ -81,6 +89,16 @@ def kernel_env(
     return env
 
 
+@dataclass(frozen=True)
+class Sandboxed:
+    """How a submission's kernel is run when grading: isolated, on the answer-free harness
+    (the folder holding its course_utils), judged from outside."""
+
+    isolation: Isolation
+    harness: Path
+    lesson: str | None = None  # the lesson package the notebook imports
+
+
 def execute_isolated(
     nb,
     workdir: Path,
@@ -90,10 +108,11 @@ def execute_isolated(
     quick: bool,
     gpu: int | None = None,
     env: dict[str, str | None] | None = None,
+    sandboxed: Sandboxed | None = None,
 ) -> tuple[nbformat.NotebookNode | None, dict]:
-    """Run `nb` in a child process inside `workdir`; return the executed notebook and status.
-    The child dies with this process (see course_utils.grading.execute), and its kernel with
-    it."""
+    """Run `nb` in a child process inside `workdir`; return the executed notebook and status
+    (with the judge's `verdicts` and `lost` sessions, by check id, when `sandboxed`). The
+    child dies with this process (see course_utils.grading.execute), and its kernel with it."""
     src, out = workdir / "submission.ipynb", workdir / "executed.ipynb"
     nbformat.write(nb, str(src))
     read_end, write_end = os.pipe()
@@ -112,6 +131,8 @@ def execute_isolated(
     ]
     if quick:
         cmd.append("--quick")
+    if sandboxed is not None:
+        cmd += _box_arguments(workdir, sandboxed)
     # the kernel's connection file goes in workdir, removed with it (or by a later sweep)
     overrides = {**(env or {}), "JUPYTER_RUNTIME_DIR": str(workdir / "runtime")}
     try:
@@ -148,10 +169,29 @@ def execute_isolated(
     finally:
         RUNNING.discard(proc)
     status = {**status, "last_cell": witness.last_cell}
+    if sandboxed is not None:
+        status |= {"verdicts": witness.verdicts, "lost": witness.lost}
     executed = witness.read(out)
     if executed is None and out.exists() and witness.saved:
         status = {**status, "outcome": "tampered", "detail": "its bytes differ from the last save"}
     return executed, status
+
+
+def _box_arguments(workdir: Path, sandboxed: Sandboxed) -> list[str]:
+    """The runner's grading arguments; makes the kernel's folder, workdir/box. workdir itself
+    keeps the notebooks: others may pass through it (to the box) but not list it."""
+    box = workdir / "box"
+    box.mkdir()
+    os.chmod(workdir, 0o711)
+    prepare_box(box, sandboxed.isolation, sandboxed.harness)
+    isolation = sandboxed.isolation
+    args = ["--box", str(box), "--harness", str(sandboxed.harness)]
+    args += ["--isolation", isolation.level]
+    if isolation.uid is not None:
+        args += ["--uid", str(isolation.uid), "--gid", str(isolation.gid)]
+    if sandboxed.lesson:
+        args += ["--lesson", sandboxed.lesson]
+    return args
 
 
 class Witnessed:
@@ -162,6 +202,8 @@ class Witnessed:
         self.last_cell: str | int | None = None  # its cell id, else its index
         self.saved: str | None = None
         self.status: dict | None = None
+        self.verdicts: dict[str, dict] = {}  # check id -> the judge's verdict
+        self.lost: dict[str, str] = {}  # check id -> why its session ended without one
         self._thread = threading.Thread(target=self._read, args=(fd,), daemon=True)
         self._thread.start()
 
@@ -174,6 +216,11 @@ class Witnessed:
                     break
                 if "running" in message:
                     self.last_cell = message.get("cell_id") or message["running"]
+                if isinstance(message.get("verdict"), dict):
+                    verdict = message["verdict"]
+                    self.verdicts[str(verdict.get("check_id"))] = verdict
+                if "lost" in message:
+                    self.lost[str(message["lost"])] = str(message.get("detail", ""))
                 self.saved = message.get("saved", self.saved)
                 self.status = message.get("status", self.status)
 

@@ -4,6 +4,7 @@ that lets an interrupted run continue, and the CSVs."""
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -26,6 +27,7 @@ class Outbox:
         self.state_path = out / STATE_FILE
         self.state = json.loads(self.state_path.read_text()) if self.state_path.exists() else {}
         self.results: dict[str, tuple[list[Row], bool]] = {}
+        self._isolation_said = ""
 
     def reusable(self, sub: Submission, keys: set[str]) -> list[Row] | None:
         previous = self.state.get(sub.name)
@@ -47,6 +49,9 @@ class Outbox:
             nbformat.write(graded.executed, str(out / "executed" / f"{sub.slug}.ipynb"))
 
     def record(self, sub: Submission, graded: Graded) -> None:
+        if graded.isolation and graded.isolation != self._isolation_said:
+            _log(f"{sub.name}: its kernel ran in {graded.isolation}")
+            self._isolation_said = graded.isolation
         self.write_executed(self.out, sub, graded)
         (self.out / "feedback" / f"{sub.slug}.md").write_text(
             feedback(sub, graded.rows, graded.notes), encoding="utf-8"
@@ -56,6 +61,7 @@ class Outbox:
             "rows": [asdict(r) for r in graded.rows],
             "seconds": graded.seconds,
             "device_class": graded.device_class,
+            "isolation": graded.isolation,
         }
         tmp = self.state_path.with_name(STATE_FILE + ".tmp")  # whole or not at all
         tmp.write_text(json.dumps(self.state, indent=1))
@@ -70,6 +76,13 @@ class Outbox:
                 counts[r.status] = counts.get(r.status, 0) + 1
         reused = sum(reused for _, reused in self.results.values())
         return GradeSummary(self.out, len(subs), reused, counts)
+
+
+def _log(line: str) -> None:
+    """A line of the run's log, between progress bars."""
+    from tqdm.auto import tqdm
+
+    tqdm.write(f"course grade: {line}", file=sys.stderr)
 
 
 @dataclass

@@ -69,3 +69,4 @@ class Graded:
     key: str = ""  # the reuse fingerprint, computed where it was graded
     device_class: str = ""  # of the machine that graded it
     skipped_demos: int = 0
+    isolation: str = ""  # how its kernel was isolated (sandbox.Isolation.describe)

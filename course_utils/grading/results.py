@@ -1,11 +1,16 @@
-"""Read each check's result from an executed notebook: only from a check that ran to its end.
+"""Each check's result: the judge's verdict when grading, else what the notebook shows.
 
-A result counts only when the grader's tagged cell for that check completed without an error
-output, the run did not end inside that cell (a dead kernel, a killed process, the notebook's
-time limit), the cell holds exactly one result, for its own check id, and nothing but text
-or figures follows it. Anything else is an `error` (or `timeout`, `missing`) row saying what
-was seen: a learner's function called by the check can display a result and then escape the
-check (a BaseException, os._exit, sys.exit in a finally), and none of that may earn points.
+Grading (`course grade`): a check's result is the verdict the judge reached outside the
+sandbox (course_utils.grading.judge), reported over the witness pipe. Nothing the notebook
+shows counts. A check with no verdict is told why from the run: the judge lost the session
+(the cell was interrupted, the kernel died), or its cell never ran, raised before asking the
+judge, or never asked (a rebound `lesson`, say).
+
+A run without a judge (`course report`, and the checks still marked LEGACY in
+course_utils.checks) reads the notebook instead: a result counts only when the grader's tagged
+cell for that check completed without an error output, the run did not end inside that cell
+(a dead kernel, a killed process, the notebook's time limit), the cell holds exactly one
+result, for its own check id, and nothing but text or figures follows it.
 """
 
 from __future__ import annotations
@@ -137,10 +142,61 @@ def _before_this_check(run_status: dict, index: int) -> str:
     }.get(run_status.get("outcome"), "the check cell produced no result")
 
 
+def _from_verdict(row: dict, verdict: dict, points: float) -> dict:
+    status = verdict.get("status")
+    status = status if status in STATUSES else ERROR
+    return {
+        **row,
+        "status": status,
+        "points": min(float(verdict.get("points") or 0.0), points) if status == PASSED else 0.0,
+        "value": verdict.get("value"),
+        "threshold": verdict.get("threshold"),
+        "device_class": verdict.get("device_class", ""),
+        "message": str(verdict.get("message", "")),
+        "hint": str(verdict.get("hint", "")),
+        "parts": verdict.get("parts", []),
+        "unit": str(verdict.get("unit") or ""),
+        "better": str(verdict.get("better") or ""),
+    }
+
+
+def _no_verdict(cid: str, cell, index: int, executed, run_status: dict, cell_timeout: float):
+    """(status, message) for a judged check that reached no verdict."""
+    lost = run_status.get("lost", {}).get(cid)
+    error = _error(cell)
+    if lost is not None:
+        interrupted = (error and error[0] == "KeyboardInterrupt") or (
+            run_status.get("outcome") == "notebook-timeout" and _is_last(run_status, cell, index)
+        )
+        if interrupted:
+            return (
+                TIMEOUT,
+                f"the check ran past the {cell_timeout:g} s cell limit and was interrupted",
+            )
+        return ERROR, f"the check did not finish: {lost}"
+    if run_status.get("outcome") != "completed" and _is_last(run_status, cell, index):
+        status = TIMEOUT if run_status.get("outcome") == "notebook-timeout" else ERROR
+        return status, f"{_ended_here(run_status)}: no verdict was reached"
+    if error and error[0] == "KeyboardInterrupt":
+        return TIMEOUT, f"the check ran past the {cell_timeout:g} s cell limit and was interrupted"
+    if error:
+        detail = f": {error[1]}" if error[1] else ""
+        cause = _cause_above(executed, index, *error, cell_timeout)
+        return ERROR, f"the check cell raised {error[0]}{detail}{cause}"
+    return ERROR, (
+        "the check cell ran but never asked the grader's judge for a verdict (was the name "
+        "`lesson`, or the check, redefined above it?)"
+    )
+
+
 def read_results(executed, sol, lesson: str, run_status: dict, cell_timeout: float) -> list[dict]:
     """One result per solution check (see the module docstring). `run_status` is how the run
-    ended (`outcome`, `detail`) and `last_cell`, the id (else index) of the last cell started."""
+    ended (`outcome`, `detail`), `last_cell`, the id (else index) of the last cell started,
+    and when grading the judge's `verdicts` and `lost` sessions by check id."""
+    from ..checks import LEGACY
+
     results = []
+    judged = "verdicts" in run_status
     for cid, (_, sol_cell) in check_cells(sol, lesson).items():
         points = float(sol_cell.metadata.get("nbgrader", {}).get("points", 1))
         row = {
@@ -164,7 +220,15 @@ def read_results(executed, sol, lesson: str, run_status: dict, cell_timeout: flo
             else None
         )
         cell = executed.cells[index] if index is not None else None
+        verdict = run_status.get("verdicts", {}).get(cid) if judged else None
+        if verdict is not None and cid not in LEGACY:
+            results.append(_from_verdict(row, verdict, points))
+            continue
         ran = cell is not None and (cell.get("outputs") or _is_last(run_status, cell, index))
+        if judged and cid not in LEGACY and (ran or cid in run_status.get("lost", {})):
+            status, message = _no_verdict(cid, cell, index, executed, run_status, cell_timeout)
+            results.append({**row, "status": status, "message": message})
+            continue
         if not ran:
             results.append(
                 {**row, "status": MISSING, "message": _before_this_check(run_status, index)}

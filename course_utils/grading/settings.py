@@ -18,10 +18,13 @@ class RunSettings:
     notebook_timeout: float
     quick: bool
     checks_only: bool = False
+    isolation: str = "auto"  # course_utils.grading.sandbox.LEVELS
 
     def tag(self) -> str:
-        # notebook_timeout is left out (as before): it ends hangs, it does not change grades
-        return f"{self.cell_timeout}|{self.quick}" + ("|checks-only" if self.checks_only else "")
+        # notebook_timeout is left out (as before): it ends hangs, it does not change grades.
+        # Unisolated runs never share grades with isolated ones: their kernels could be tampered
+        tag = f"{self.cell_timeout}|{self.quick}" + ("|checks-only" if self.checks_only else "")
+        return tag + ("|unisolated" if self.isolation == "none" else "")
 
 
 def fingerprint(data: bytes, settings: str) -> str:

@@ -11,6 +11,7 @@ a notebook whose own code forges results or rewrites the check machinery earns n
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -23,8 +24,9 @@ import nbformat
 from ..authoring import check_cells
 from ..errors import UsageError
 from ..protocol import ERROR, MIME
+from . import kernel_harness, sandbox
 from .demos import skip_demos
-from .isolated import execute_isolated
+from .isolated import Sandboxed, execute_isolated
 from .records import Graded, Row, Submission
 from .restore import lesson_for, restore_checks
 from .results import read_results
@@ -197,7 +199,12 @@ def grade_submission(
     if run.checks_only:
         prepared, skipped = skip_demos(prepared, solutions[lesson])
     sweep_orphans()
-    with tempfile.TemporaryDirectory(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-") as tmp:
+    package = lesson_package(lesson)
+    with (
+        sandbox.user_slot(isolation_for(run.isolation)) as isolation,
+        tempfile.TemporaryDirectory(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-") as tmp,
+    ):
+        sandboxed = Sandboxed(isolation, kernel_harness.for_lesson(package), package)
         executed, status = execute_isolated(
             prepared,
             Path(tmp),
@@ -206,6 +213,7 @@ def grade_submission(
             quick=run.quick,
             gpu=gpu,
             env=env,
+            sandboxed=sandboxed,
         )
     results = read_results(executed, solutions[lesson], lesson, status, run.cell_timeout)
     if executed is not None:
@@ -213,6 +221,22 @@ def grade_submission(
     rows = [Row(name, lesson, **r) for r in results]
     for row in rows:  # a check that never reported (missing, timeout) still ran on this device
         row.device_class = row.device_class or here
-    return Graded(
+    graded = Graded(
         rows, notes, executed, time.perf_counter() - t0, device_class=here, skipped_demos=skipped
     )
+    graded.isolation = isolation.describe()
+    return graded
+
+
+@functools.cache
+def isolation_for(requested: str) -> sandbox.Isolation:
+    """The isolation this process grades with (probed once: bwrap starts a test sandbox)."""
+    return sandbox.choose(requested)
+
+
+def lesson_package(stem: str) -> str | None:
+    """The lesson package a solution notebook imports (`00_measuring` -> `measuring`)."""
+    from ..selftest.items import LESSONS
+
+    found = [package for notebook, package in LESSONS.values() if notebook == stem]
+    return found[0] if found else None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from numbers import Real
 
 import torch
 from torch import nn
@@ -17,24 +16,35 @@ from torch import nn
 from ...checks import Threshold, at_most, check, correct, retry_measure
 from ...measure import flops, time_fn
 from ...memory import activation_bytes
-from .demo import activation_cases, make_async_step
+from ...probes import observe, specimen_rng
+from .demo import activation_cases
+from .diagnosis import (
+    calls_diagnosis,
+    layer_diagnosis,
+    read_timer,
+    seconds,
+    short_run_diagnosis,
+    timer_diagnosis,
+)
 from .probes import (
     FAST_AT,
     FAST_S,
+    GRADED,
     OUTLIER_AT,
     OUTLIER_S,
+    REAL_STEP_SIZE,
     SHORT_REPEATS,
     SLOW_CALLS,
     SLOW_S,
     STEP_S,
     TIMER_REPEATS,
     TIMER_WARMUP,
-    calls_diagnosis,
-    counted,
-    layer_diagnosis,
-    probe_timer,
-    short_run_diagnosis,
-    timer_diagnosis,
+    async_recipe,
+    matmul_recipe,
+    real_step,
+    saved_bytes_of,
+    timer_reading,
+    train_flops_of,
 )
 
 THRESHOLDS = {
@@ -93,11 +103,7 @@ THRESHOLDS = {
 }
 
 
-def _seconds(value) -> float | None:
-    return float(value) if isinstance(value, Real) and not isinstance(value, bool) else None
-
-
-def _timer_diagnosis(t: float, time_step: Callable) -> str:
+def _timer_diagnosis(t: float, time_step) -> str:
     return timer_diagnosis(
         t,
         time_step,
@@ -107,28 +113,16 @@ def _timer_diagnosis(t: float, time_step: Callable) -> str:
     )
 
 
-def _specimen() -> tuple[Callable[[], None], Callable[[], None]]:
-    """The graded step: slow first calls, one slow and two fast calls after the warm-up."""
-    return make_async_step(
-        STEP_S,
-        SLOW_CALLS,
-        SLOW_S,
-        outlier_at=OUTLIER_AT,
-        outlier_s=OUTLIER_S,
-        fast_at=FAST_AT,
-        fast_s=FAST_S,
-    )
-
-
-def _short_run(time_step: Callable, low: float, high: float):
+def _short_run(time_step, low: float, high: float):
     """The step with its slow first calls only, timed with 2 repeats: a timer that starts its
     first clock reading before the warm-up's queued work has finished has that work in one of
     its two samples, and the median of two is their mean. No slow call after the warm-up: a
     timer with one untimed extra call (the count passes it) would meet it."""
 
     def measure() -> float:
-        step, synchronize = make_async_step(STEP_S, SLOW_CALLS, SLOW_S)
-        return probe_timer(time_step, step, synchronize, repeats=SHORT_REPEATS)
+        return read_timer(
+            time_step, async_recipe(STEP_S, SLOW_CALLS, SLOW_S), repeats=SHORT_REPEATS
+        )
 
     t = retry_measure(measure, ok=lambda t: low <= t <= high)
     ok = low <= t <= high
@@ -149,18 +143,18 @@ def _short_run(time_step: Callable, low: float, high: float):
     hint="What is the device still doing when your clock starts, and when it stops? Which "
     "statistic survives a slow sample? Time the colleague's timer and yours on steps that each "
     "have one trap (section 1, and the hints of exercise 1).",
+    in_kernel="the calls to step() are counted beside the learner's timer",
 )
-def check_step_timer(time_step: Callable) -> list:
+def check_step_timer(time_step) -> list:
     low, high = THRESHOLDS["timer_low"].value * STEP_S, THRESHOLDS["timer_high"].value * STEP_S
 
-    calls: list[int] = []  # calls to step() in the last attempt
+    calls: list[int] = [0]  # calls to step() in the last attempt
 
     def measure() -> float:
-        step, synchronize = _specimen()
-        step, count = counted(step)
-        t = probe_timer(time_step, step, synchronize)
-        calls[:] = count
-        return t
+        seen = observe(timer_reading, time_step, GRADED, TIMER_WARMUP, TIMER_REPEATS)
+        calls[0] = int(seen["calls"])
+        t = seconds(seen["seconds"])
+        return t if t is not None else float("nan")
 
     measured = retry_measure(measure, ok=lambda t: low <= t <= high)
     ok = low <= measured <= high
@@ -193,18 +187,17 @@ def check_step_timer(time_step: Callable) -> list:
     )
     if ok:  # a timer wrong on the long run is told why there; this run would only repeat it
         parts.append(_short_run(time_step, low, high))
-    # On a real step of this machine the timer must agree with the harness. The two timers
-    # alternate, so a change in machine load hits both alike.
-    x, w = torch.randn(512, 512), torch.randn(512, 512)
-
-    def real_step() -> None:
-        (x @ w).relu_().sum()
+    # On a real step of this machine the timer must agree with the harness, which times the
+    # same matmul here (in the judge, under `course grade`). The two alternate, so a change
+    # in machine load hits both alike.
+    mine = real_step(REAL_STEP_SIZE)
 
     def disagreement() -> float:
         ratios = []
         for _ in range(5):
-            ref = time_fn(real_step, warmup=1, repeats=5, min_sample_s=0).median
-            got = _seconds(time_step(real_step, lambda: None))
+            ref = time_fn(mine, warmup=1, repeats=5, min_sample_s=0).median
+            seen = observe(timer_reading, time_step, matmul_recipe(), 1, 5)
+            got = seconds(seen["seconds"])
             ratios.append(got / ref if got is not None else float("inf"))
         return abs(statistics.median(ratios) - 1)
 
@@ -262,19 +255,27 @@ def _bytes_diagnosis(got: float, forward: Callable, expected: int) -> str:
     )
 
 
+# the MLP's batch is drawn from these (probes.specimen_rng): small, so parameters dominate
+# when counted, and the evidence of bytes_rel_error holds at each
+ACTIVATION_BATCHES = (8, 6, 10)  # the first in a notebook
+
+
 @check(
     "00-activation-bytes",
     points=2,
     hint="What memory does a saved tensor keep alive: its own elements, or the whole block it "
     "views? Which saved tensors exist whether or not you train? Reread section 2.",
 )
-def check_activation_bytes(saved_bytes: Callable) -> list:
+def check_activation_bytes(saved_bytes) -> list:
     tol, parts = THRESHOLDS["bytes_rel_error"].value, []
-    for name, forward in activation_cases().items():
+    batch = specimen_rng().choice(ACTIVATION_BATCHES)
+    for name, forward in activation_cases(batch).items():
         expected = activation_bytes(forward)
-        got = _seconds(saved_bytes(forward))  # any real number
+        got = seconds(observe(saved_bytes_of, saved_bytes, name, batch))  # any real number
         ok = got is not None and abs(got - expected) <= tol * expected
-        message = f"you counted {got!r} bytes; the saved storages hold {expected:,} bytes"
+        message = (
+            f"batch {batch}: you counted {got!r} bytes; the saved storages hold {expected:,} bytes"
+        )
         if not ok:
             message += (
                 f": {_bytes_diagnosis(got, forward, expected)}"
@@ -307,29 +308,38 @@ def _flops_diagnosis(got: float, batch: int, dims: list[int], counted: int) -> s
     return layer_diagnosis(got - counted, layers, per_layer)
 
 
+def _flops_cases() -> list[tuple[int, list[int]]]:
+    """(batch, dims) of a two-layer and a three-layer stack: in a notebook the first of each
+    choice, in the judge drawn per run (probes.specimen_rng)."""
+    rng = specimen_rng()
+    two = [rng.choice(w) for w in ((128, 96), (256, 192), (10, 12))]
+    three = [rng.choice(w) for w in ((64, 48), (512, 384), (512, 320), (3, 5))]
+    return [(rng.choice((32, 16)), two), (rng.choice((8, 4)), three)]
+
+
 @check(
     "00-train-flops",
     points=1,
     hint="Count the matmuls a Linear layer runs in forward and in backward, and which of them "
     "autograd skips for the first layer.",
 )
-def check_train_flops(mlp_train_flops: Callable) -> list:
+def check_train_flops(mlp_train_flops) -> list:
     parts = []
-    for batch, dims in [(32, [128, 256, 10]), (8, [64, 512, 512, 3])]:
+    for batch, dims in _flops_cases():
         model = nn.Sequential(*[nn.Linear(a, b) for a, b in zip(dims, dims[1:], strict=False)])
         x = torch.randn(batch, dims[0])
         counted = flops(lambda model=model, x=x: model(x).sum().backward())
-        got = mlp_train_flops(batch, list(dims))
-        ok = got == counted
+        got = observe(train_flops_of, mlp_train_flops, batch, list(dims))
+        ok = got == counted and seconds(got) is not None
         message = f"you computed {got!r} FLOPs; FlopCounterMode counts {counted:,}"
-        if not ok and _seconds(got) is not None:
+        if not ok and seconds(got) is not None:
             message += f": {_flops_diagnosis(got, batch, dims, counted)}"
         parts.append(
             correct(
                 f"batch {batch}, dims {dims}",
                 ok,
                 message,
-                value=_seconds(got),
+                value=seconds(got),
                 threshold=float(counted),
                 unit=" FLOPs",
             )

@@ -82,17 +82,18 @@ class ChunkedAttention(nn.Module):
         return self.out(weights @ v).sum()
 
 
-def activation_cases() -> dict[str, Callable[[], torch.Tensor]]:
+def activation_cases(batch: int = 8) -> dict[str, Callable[[], torch.Tensor]]:
     """Forward passes chosen so that each counting mistake changes the total by >= 15%:
     a small batch through large weights (parameters counted), ReLU outputs saved by two ops
-    (double counting), and views of one storage at several offsets (views)."""
+    (double counting), and views of one storage at several offsets (views). `batch` (a small
+    one: 6 to 10) sizes the MLP's batch and half of it the attention's: the checks vary it."""
     torch.manual_seed(0)
     mlp, attention = MLP(dim=64, hidden=256, depth=3), ChunkedAttention()
-    x_mlp, y_mlp = torch.randn(8, 64), torch.randint(0, 10, (8,))
-    x_att = torch.randn(4, 16, 32)
+    x_mlp, y_mlp = torch.randn(batch, 64), torch.randint(0, 10, (batch,))
+    x_att = torch.randn(batch // 2, 16, 32)
     return {
-        "MLP(64->256 x3) + cross-entropy, batch 8": lambda: F.cross_entropy(mlp(x_mlp), y_mlp),
-        "attention over chunked views, batch 4x16": lambda: attention(x_att),
+        "MLP(64->256 x3) + cross-entropy": lambda: F.cross_entropy(mlp(x_mlp), y_mlp),
+        "attention over chunked views": lambda: attention(x_att),
     }
 
 

@@ -1,89 +1,53 @@
-"""Probes that tell the mistakes of lesson 00's answers apart: a timer run on steps that each
-lack one trap of the graded scenario, and FLOP counts explained layer by layer. The checks
-name a cause only when one of these confirms it."""
+"""Why an answer of lesson 00 is wrong, told apart by probes that each lack one trap of the
+graded scenario (a timer run on a synchronous step, a steady one, one with a single slow
+call), or explained layer by layer (FLOPs). The checks name a cause only when one of these
+confirms it. Each run of the learner's code goes through a probe (probes.py)."""
 
 from __future__ import annotations
 
 import itertools
-import time
-from collections.abc import Callable
 from numbers import Real
 
-from .demo import make_async_step
+from ...probes import LearnerRaised, observe
+from .probes import (
+    NO_WORK_AT,
+    OUTLIER_AT,
+    OUTLIER_S,
+    PROBE_WARMUP,
+    SHORT_REPEATS,
+    SLOW_CALLS,
+    SLOW_S,
+    STEP_S,
+    TIMER_REPEATS,
+    TIMER_WARMUP,
+    async_recipe,
+    sync_recipe,
+    timer_reading,
+)
 
 
-def _seconds(value) -> float | None:
+def seconds(value) -> float | None:
+    """A timer's reading as seconds, or None when it returned no real number."""
     return float(value) if isinstance(value, Real) and not isinstance(value, bool) else None
 
 
-# the timer scenario: 4 slow first calls, so a timer without warm-up has 4 slow samples of 7,
-# one slow call after the warm-up (the 3rd sample) and two fast ones (the 5th and 7th: a
-# smaller last batch), so the samples spread both ways around the median: a mean reads
-# (4 x 30 + 230 + 2 x 1) / 7 = 50 ms, the fastest sample 1 ms
-STEP_S, SLOW_CALLS, SLOW_S, TIMER_WARMUP, TIMER_REPEATS = 0.03, 4, 0.15, 6, 7
-OUTLIER_AT, OUTLIER_S = TIMER_WARMUP + 3, 0.2
-FAST_AT, FAST_S = (TIMER_WARMUP + 5, TIMER_WARMUP + 7), 0.001
-# the short run: the same step without its outlier and fast calls, timed with 2 repeats (a
-# timer with one untimed extra call, which passes the count, would meet call 9). A timer
-# that does not wait for the warm-up's queued work (4 x 180 + 2 x 30 = 780 ms) before its first
-# clock reading has that work in its first sample: the median of 2 is their mean, 420 ms (14x).
-# Two samples, not three with the slow call as a third: a stall on either fast sample of three
-# failed a valid timer at load ~8; the mean of two tolerates a 30 ms stall on one
-SHORT_REPEATS = 2
-# the count probe's shorter warm-up (against TIMER_WARMUP): a fixed count of warm-up calls
-# gives the same number of calls for both
-PROBE_WARMUP = 2
-
-
-def probe_timer(time_step: Callable, step, synchronize, repeats: int = TIMER_REPEATS) -> float:
-    """The learner's timer on a probe step (NaN when it returns no number)."""
-    t = _seconds(time_step(step, synchronize, warmup=TIMER_WARMUP, repeats=repeats))
-    synchronize()
+def read_timer(time_step, recipe: dict, *, repeats: int = TIMER_REPEATS) -> float:
+    """The learner's timer on one step, warmup=TIMER_WARMUP (NaN when it returns no number)."""
+    seen = observe(timer_reading, time_step, recipe, TIMER_WARMUP, repeats)
+    t = seconds(seen["seconds"])
     return t if t is not None else float("nan")
 
 
-def _sleeping_step() -> None:
-    time.sleep(STEP_S)  # a synchronous step: the work is done when step() returns
+def _read_or_nan(time_step, recipe: dict, *, repeats: int) -> float:
+    """read_timer, NaN when the learner's timer raises: a probe only explains a failure, an
+    error in it must not replace the verdict."""
+    try:
+        return read_timer(time_step, recipe, repeats=repeats)
+    except LearnerRaised:
+        return float("nan")
 
 
-def counted(step: Callable[[], None]) -> tuple[Callable[[], None], list[int]]:
-    """`step`, and a one-item list that counts its calls."""
-    calls = [0]
-
-    def counting() -> None:
-        calls[0] += 1
-        step()
-
-    return counting, calls
-
-
-def _synchronous_step(seconds: Callable[[int], float]) -> tuple[Callable[[], None], list[int]]:
-    """A step with no queued work (synchronize() has nothing to wait for) whose call number k
-    (from 1) sleeps seconds(k), and its call count."""
-    calls = [0]
-
-    def step() -> None:
-        calls[0] += 1
-        time.sleep(seconds(calls[0]))
-
-    return step, calls
-
-
-# the minimum's probe: a synchronous step whose timed calls take 30 ms, but for two of 7 that
-# take nothing. A median reads 30 ms; the fastest sample reads ~0, whatever the load (load only
-# adds delay to a sleep, and there is none here to delay). A timer that reads the launch reads
-# the whole call here (the work is done inside step()), so this tells the two apart
-NO_WORK_AT = (TIMER_WARMUP + 2, TIMER_WARMUP + 5)
-
-
-def _fastest_sample_probe(time_step: Callable) -> float:
-    step, _ = _synchronous_step(lambda k: 0.0 if k in NO_WORK_AT else STEP_S)
-    return probe_timer(time_step, step, lambda: None)
-
-
-def timer_diagnosis(
-    t: float, time_step: Callable, low: float, high: float, fastest_max: float
-) -> str:
+def timer_diagnosis(t: float, time_step, low: float, high: float, fastest_max: float) -> str:
     """Why the timer read `t`, told apart by probe steps that each lack one of the scenario's
     traps: a synchronous step (no waiting in synchronize()), a steady one (no slow calls), one
     slow call after the warm-up only, and a synchronous one with two empty calls (a timer
@@ -95,7 +59,7 @@ def timer_diagnosis(
     if 0.75 * 1e3 <= ratio <= high * 1e3:  # load only adds delay, as for seconds
         return "that is milliseconds: return seconds, as time.perf_counter() gives them"
     if ratio < low:
-        synchronous = probe_timer(time_step, _sleeping_step, lambda: None)
+        synchronous = read_timer(time_step, sync_recipe(STEP_S))
         if synchronous < 0.25 * STEP_S:
             return (
                 f"on a synchronous step that sleeps {STEP_S * 1e3:.0f} ms your timer read "
@@ -103,7 +67,8 @@ def timer_diagnosis(
                 "waiting (in sleep or in synchronize()); time with a wall clock, "
                 "time.perf_counter()"
             )
-        fastest = _fastest_sample_probe(time_step)
+        no_work = {k: 0.0 for k in NO_WORK_AT}
+        fastest = read_timer(time_step, sync_recipe(STEP_S, no_work))
         if fastest < fastest_max * STEP_S:
             return (
                 f"on a synchronous step whose {TIMER_REPEATS} timed calls take "
@@ -117,7 +82,7 @@ def timer_diagnosis(
                 "step() and before reading the clock"
             )
         return "a correct timer lands close to the queued work"
-    steady = probe_timer(time_step, *make_async_step(STEP_S, 0, 0.0))
+    steady = read_timer(time_step, async_recipe(STEP_S, 0, 0.0))
     if 0.75 * TIMER_REPEATS <= steady / STEP_S <= high * TIMER_REPEATS:
         return (
             f"on a steady {STEP_S * 1e3:.0f} ms step your timer read {steady * 1e3:.4g} ms, "
@@ -128,8 +93,8 @@ def timer_diagnosis(
             f"on a steady {STEP_S * 1e3:.0f} ms step your timer read {steady * 1e3:.4g} ms: "
             "compare with the section on synchronised timing"
         )
-    outlier = probe_timer(
-        time_step, *make_async_step(STEP_S, 0, 0.0, outlier_at=OUTLIER_AT, outlier_s=OUTLIER_S)
+    outlier = read_timer(
+        time_step, async_recipe(STEP_S, 0, 0.0, outlier_at=OUTLIER_AT, outlier_s=OUTLIER_S)
     )
     if outlier / STEP_S > high:
         return (
@@ -176,18 +141,13 @@ def layer_diagnosis(diff: float, layers: list, per_layer: list[int]) -> str:
     return f"{', '.join(said)}: {rule}"
 
 
-def short_run_diagnosis(t: float, time_step: Callable, high: float) -> str:
+def short_run_diagnosis(t: float, time_step, high: float) -> str:
     """Why the timer, right on the long run, misread the short one. A steady step timed with
     one repeat has no slow call at all: a reading well above the step there can only come
     from the warm-up's queued work, which that probe confirms."""
     if t != t:
         return "return the median as a float number of seconds"
-    step, synchronize = make_async_step(STEP_S, 0, 0.0)
-    try:  # a probe only explains the failure: an error here must not replace the verdict
-        steady = probe_timer(time_step, step, synchronize, repeats=1)
-    except Exception:
-        synchronize()
-        steady = float("nan")
+    steady = _read_or_nan(time_step, async_recipe(STEP_S, 0, 0.0), repeats=1)
     if steady / STEP_S > high:
         return (
             f"on a steady {STEP_S * 1e3:.0f} ms step timed with repeats=1 your timer read "
@@ -197,26 +157,28 @@ def short_run_diagnosis(t: float, time_step: Callable, high: float) -> str:
         )
     # No queued work at all, only slow first calls, fewer than `warmup`: a timer reads one of
     # them only if it times a call that the warm-up should have paid for
-    step, calls = _synchronous_step(lambda k: STEP_S + (SLOW_S if k <= SLOW_CALLS else 0.0))
+    slow_first = {k: STEP_S + SLOW_S for k in range(1, SLOW_CALLS + 1)}
     try:
-        first = probe_timer(time_step, step, lambda: None, repeats=1)
-    except Exception:
-        first = float("nan")
+        seen = observe(timer_reading, time_step, sync_recipe(STEP_S, slow_first), TIMER_WARMUP, 1)
+        first, calls = seconds(seen["seconds"]), seen["calls"]
+    except LearnerRaised:
+        first, calls = None, 0
+    first = first if first is not None else float("nan")
     if first / STEP_S > high:
         said = (
             f"on a synchronous step (its work done inside each call) whose first "
             f"{SLOW_CALLS} calls take {SLOW_S * 1e3:.0f} ms more, timed with "
             f"warmup={TIMER_WARMUP}, repeats=1, your timer read {first * 1e3:.4g} ms in "
-            f"{calls[0]} calls to step()"
+            f"{calls} calls to step()"
         )
-        if calls[0] == TIMER_WARMUP + 1:
+        if calls == TIMER_WARMUP + 1:
             return (
                 f"{said}: the warm-up calls were timed as samples. Time only the `repeats` "
                 "calls that come after the warm-up"
             )
         fix = (
             "call step() `warmup` times (the argument, not a fixed count) before timing"
-            if calls[0] < TIMER_WARMUP + 1
+            if calls < TIMER_WARMUP + 1
             else "time only the `repeats` calls that come after the `warmup` ones"
         )
         return f"{said}, not {TIMER_WARMUP + 1}: a call that pays the one-off cost was timed; {fix}"
@@ -226,7 +188,7 @@ def short_run_diagnosis(t: float, time_step: Callable, high: float) -> str:
     )
 
 
-def calls_diagnosis(n: int, time_step: Callable) -> tuple[bool, str]:
+def calls_diagnosis(n: int, time_step) -> tuple[bool, str]:
     """Whether the number of calls to step() follows `warmup` and `repeats`, one for one.
     The graded run made `n` calls for warmup=TIMER_WARMUP, repeats=TIMER_REPEATS; when that is
     not their sum, the same timer runs twice more on a steady step, once with fewer repeats
@@ -239,14 +201,10 @@ def calls_diagnosis(n: int, time_step: Callable) -> tuple[bool, str]:
         return True, said
     counts = {}
     for warmup, repeats in ((TIMER_WARMUP, SHORT_REPEATS), (PROBE_WARMUP, TIMER_REPEATS)):
-        step, synchronize = make_async_step(STEP_S, 0, 0.0)
-        step, calls = counted(step)
-        try:
-            time_step(step, synchronize, warmup=warmup, repeats=repeats)
-        except Exception:
-            pass  # the count so far is what the probe needs
-        synchronize()
-        counts[warmup, repeats] = calls[0]
+        seen = observe(
+            timer_reading, time_step, async_recipe(STEP_S, 0, 0.0), warmup, repeats, True
+        )
+        counts[warmup, repeats] = int(seen["calls"])  # the count so far is what this needs
     with_repeats = n - counts[TIMER_WARMUP, SHORT_REPEATS]
     with_warmup = n - counts[PROBE_WARMUP, TIMER_REPEATS]
     follows_repeats = with_repeats == TIMER_REPEATS - SHORT_REPEATS

@@ -11,8 +11,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from ...checks import check, correct
+from ...probes import LearnerRaised, observe
 from .checks import THRESHOLDS
-from .demo import ONE_OFF_OP, hidden_op_steps, single_call_probe, with_one_off
+from .demo import ONE_OFF_OP, hidden_op_steps, single_call_probe
+from .probes import slowest_op_named, slowest_op_on_single_call_step
 
 # the loop scenario is asked 4 times: its slowest single call is an mm or the step's own
 # range in most profiles, a cumsum hit by a scheduler stall in some (1 of 8 at load 10), so
@@ -61,7 +63,7 @@ def _op_diagnosis(
     name: str,
     ops: dict[str, tuple[float, int, float]],
     step,
-    slowest_op: Callable,
+    slowest_op,
     right_elsewhere: bool,
 ) -> str:
     """Why `name` is wrong. `right_elsewhere`: the answer was right on every scenario before,
@@ -100,15 +102,14 @@ def _op_diagnosis(
     return f"{name!r} had {mine / 1e3:.2f} ms of self time, {top!r} {best / 1e3:.2f} ms: {why}"
 
 
-def _single_call_or_guess(slowest_op: Callable, top: str, top_calls: int) -> str:
+def _single_call_or_guess(slowest_op, top: str, top_calls: int) -> str:
     """Tell a method that follows single calls from a fixed guess: ask once more on a step
     whose slowest single call is known and that runs no matmul. One profile of the scenario
     cannot tell them apart: there a guessed matmul can also be the slowest single call."""
     probe, slowest_call = single_call_probe()
-    probe()
     try:
-        named = slowest_op(probe)
-    except Exception:  # the scenario's answer is what is judged; the probe only explains it
+        named = observe(slowest_op_on_single_call_step, slowest_op)
+    except LearnerRaised:  # the scenario's answer is what is judged; the probe only explains it
         named = None
     if named == slowest_call:
         return (
@@ -116,6 +117,7 @@ def _single_call_or_guess(slowest_op: Callable, top: str, top_calls: int) -> str
             f"too: it follows calls one by one, but {top!r} ran {top_calls} times and adds up to "
             "more: sum over calls (key_averages())"
         )
+    probe()
     if isinstance(named, str) and named not in _profile(probe):
         return (
             f"on a step where {named!r} never runs your function still named it: measure "
@@ -131,7 +133,7 @@ def _single_call_or_guess(slowest_op: Callable, top: str, top_calls: int) -> str
     "work? Is the first call of a step like the others? Reread section 4, then test your "
     "function on a step whose answer you know.",
 )
-def check_slowest_op(slowest_op: Callable) -> list:
+def check_slowest_op(slowest_op) -> list:
     parts, threads = [], torch.get_num_threads()
     torch.set_num_threads(1)  # one thread: steady timings on a shared machine
     try:
@@ -148,7 +150,7 @@ def check_slowest_op(slowest_op: Callable) -> list:
 def _judge_op(
     scenario: str,
     step: Callable[[], None],
-    slowest_op: Callable,
+    slowest_op,
     asks: int,
     one_off: bool,
     right_before: bool,
@@ -156,15 +158,18 @@ def _judge_op(
     """Ask `asks` times, each wrong answer once more: a stall on a loaded machine can mislead
     one profile of a right method, rarely two in a row; an answer that follows the noise of
     one profile (the slowest single call) is wrong in most of them. With `one_off`, every
-    call of `slowest_op` gets the step afresh, its first call slowed by ONE_OFF_OP."""
+    call of `slowest_op` gets the step afresh, its first call slowed by ONE_OFF_OP. The
+    learner's function profiles the kernel's copy of the step (a probe); this profiles its
+    own."""
     share, ops = THRESHOLDS["op_share_of_top"].value, _profile(step)
     for i in range(asks):
         for _attempt in range(2):
-            name = slowest_op(with_one_off(step, ONE_OFF_TIMES) if one_off else step)
+            name = observe(
+                slowest_op_named, slowest_op, scenario, ONE_OFF_TIMES if one_off else None
+            )
             if not isinstance(name, str):
-                return correct(
-                    scenario, False, f"returned {type(name).__name__}: return .key, a string"
-                )
+                kind = getattr(name, "type_name", type(name).__name__)
+                return correct(scenario, False, f"returned {kind}: return .key, a string")
             if ops.get(name, (0.0,))[0] < share * _top(ops)[1]:
                 ops = _profile(step)  # a second look, in case a stall hit our profile
             if ops.get(name, (0.0,))[0] >= share * _top(ops)[1]:

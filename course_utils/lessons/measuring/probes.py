@@ -1,0 +1,175 @@
+"""Lesson 00's probes: each runs the learner's answer on a specimen it builds from plain
+arguments, beside the learner's code, and returns what it saw as data (course_utils.probes).
+The checks (checks.py, slowest_op.py) decide; diagnosis.py names a mistake from what these
+return. The scenario's constants live here, so both sides build the same steps."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+from ...probes import probe
+from .demo import activation_cases, hidden_op_steps, make_async_step, single_call_probe
+from .demo import with_one_off as _with_one_off
+
+# the timer scenario: 4 slow first calls, so a timer without warm-up has 4 slow samples of 7,
+# one slow call after the warm-up (the 3rd sample) and two fast ones (the 5th and 7th: a
+# smaller last batch), so the samples spread both ways around the median: a mean reads
+# (4 x 30 + 230 + 2 x 1) / 7 = 50 ms, the fastest sample 1 ms
+STEP_S, SLOW_CALLS, SLOW_S, TIMER_WARMUP, TIMER_REPEATS = 0.03, 4, 0.15, 6, 7
+OUTLIER_AT, OUTLIER_S = TIMER_WARMUP + 3, 0.2
+FAST_AT, FAST_S = (TIMER_WARMUP + 5, TIMER_WARMUP + 7), 0.001
+# the short run: the same step without its outlier and fast calls, timed with 2 repeats (a
+# timer with one untimed extra call, which passes the count, would meet call 9). A timer
+# that does not wait for the warm-up's queued work (4 x 180 + 2 x 30 = 780 ms) before its first
+# clock reading has that work in its first sample: the median of 2 is their mean, 420 ms (14x).
+# Two samples, not three with the slow call as a third: a stall on either fast sample of three
+# failed a valid timer at load ~8; the mean of two tolerates a 30 ms stall on one
+SHORT_REPEATS = 2
+# the count probe's shorter warm-up (against TIMER_WARMUP): a fixed count of warm-up calls
+# gives the same number of calls for both
+PROBE_WARMUP = 2
+# the minimum's probe: a synchronous step whose timed calls take 30 ms, but for two of 7 that
+# take nothing. A median reads 30 ms; the fastest sample reads ~0, whatever the load (load only
+# adds delay to a sleep, and there is none here to delay). A timer that reads the launch reads
+# the whole call here (the work is done inside step()), so this tells the two apart
+NO_WORK_AT = (TIMER_WARMUP + 2, TIMER_WARMUP + 5)
+REAL_STEP_SIZE = 512  # the real step: a 512x512 matmul, timed by the learner and by time_fn
+
+
+# --- steps described by plain data, so the judge and the kernel build the same ones ----------
+
+
+def async_recipe(
+    step_s: float = STEP_S,
+    slow_calls: int = SLOW_CALLS,
+    slow_s: float = SLOW_S,
+    *,
+    outlier_at: int | None = None,
+    outlier_s: float = 0.0,
+    fast_at: tuple[int, ...] = (),
+    fast_s: float = 0.0,
+) -> dict:
+    """A step on a simulated asynchronous device (demo.make_async_step), as data."""
+    return {
+        "kind": "async",
+        "args": [step_s, slow_calls, slow_s],
+        "kwargs": {
+            "outlier_at": outlier_at,
+            "outlier_s": outlier_s,
+            "fast_at": list(fast_at),
+            "fast_s": fast_s,
+        },
+    }
+
+
+def sync_recipe(seconds: float, per_call: dict[int, float] | None = None) -> dict:
+    """A synchronous step (its work done inside the call, nothing queued) sleeping `seconds`,
+    or per_call[k] on call k (from 1)."""
+    return {"kind": "sync", "seconds": seconds, "per_call": per_call or {}}
+
+
+def matmul_recipe(size: int = REAL_STEP_SIZE) -> dict:
+    return {"kind": "matmul", "size": size}
+
+
+GRADED = async_recipe(outlier_at=OUTLIER_AT, outlier_s=OUTLIER_S, fast_at=FAST_AT, fast_s=FAST_S)
+
+
+def real_step(size: int) -> Callable[[], None]:
+    """A real step of this machine: a matmul and a ReLU on fixed random matrices."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(size, size, generator=generator)
+    w = torch.randn(size, size, generator=generator)
+
+    def step() -> None:
+        (x @ w).relu_().sum()
+
+    return step
+
+
+def build_step(recipe: dict) -> tuple[Callable[[], None], Callable[[], None], list[int]]:
+    """(step, synchronize, its call count) for a recipe above."""
+    kind, calls = recipe["kind"], [0]
+    if kind == "async":
+        kwargs = dict(recipe["kwargs"])
+        kwargs["fast_at"] = tuple(kwargs["fast_at"])
+        inner, synchronize = make_async_step(*recipe["args"], **kwargs)
+    elif kind == "sync":
+        seconds, per_call = recipe["seconds"], recipe["per_call"]
+
+        def inner() -> None:
+            time.sleep(per_call.get(calls[0], seconds))
+
+        def synchronize() -> None:
+            return None
+    else:
+        inner, synchronize = real_step(recipe["size"]), lambda: None
+
+    def step() -> None:
+        calls[0] += 1
+        inner()
+
+    return step, synchronize, calls
+
+
+# --- the probes ----------------------------------------------------------------------------
+
+
+@probe
+def timer_reading(
+    time_step, recipe: dict, warmup: int, repeats: int, tolerate: bool = False
+) -> dict:
+    """The learner's timer on one step: what it returned, and how many times it called
+    step(). `tolerate`: an exception is a reading (None), for probes that only count calls."""
+    step, synchronize, calls = build_step(recipe)
+    try:
+        seconds = time_step(step, synchronize, warmup=warmup, repeats=repeats)
+    except Exception:
+        if not tolerate:
+            raise
+        seconds = None
+    finally:
+        synchronize()  # let the queued work finish before the next probe
+    return {"seconds": seconds, "calls": calls[0]}
+
+
+@probe
+def saved_bytes_of(saved_bytes, case: str, batch: int):
+    """What the learner's function counts for one forward of demo.activation_cases."""
+    return saved_bytes(activation_cases(batch)[case])
+
+
+@probe
+def train_flops_of(mlp_train_flops, batch: int, dims: list[int]):
+    return mlp_train_flops(batch, list(dims))
+
+
+@probe
+def slowest_op_named(slowest_op, scenario: str, one_off_times: float | None):
+    """The learner's answer on one hidden-op step, warmed up, on one thread (steady timings on
+    a shared machine); with `one_off_times`, the step handed over pays a one-off cost in its
+    first call."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        step = hidden_op_steps()[scenario]
+        step()
+        return slowest_op(_with_one_off(step, one_off_times) if one_off_times else step)
+    finally:
+        torch.set_num_threads(threads)
+
+
+@probe
+def slowest_op_on_single_call_step(slowest_op):
+    """The learner's answer on a step whose slowest single call is not its top operator."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        step, _ = single_call_probe()
+        step()
+        return slowest_op(step)
+    finally:
+        torch.set_num_threads(threads)
