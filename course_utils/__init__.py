@@ -17,6 +17,14 @@ import types
 # passive, 85 ms alone. It only works if set before torch loads, so it is set here.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# In a Jupyter kernel without ipywidgets, tqdm.auto warns "IProgress not found" and draws pink
+# bars on stderr; the harness's display bar takes its place before a lesson or a cell imports
+# it (course_utils.progress). Outside IPython this costs nothing.
+if "IPython" in sys.modules:
+    from . import progress as _progress
+
+    _progress.install()
+
 _EXPORTS = {
     "checks": ".checks",
     "plots": ".plots",
@@ -51,6 +59,7 @@ _EXPORTS = {
     "setup": ".session",
     "effect": ".effects",
     "reference_results": ".references",
+    "glossary": ".documents",
     "show_source": ".source",
     "show_limits": ".checks",
     "Diagnosis": ".diagnose",

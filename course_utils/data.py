@@ -17,7 +17,10 @@ import numpy as np
 import torch
 from PIL import Image
 from torch.utils.data import Dataset
-from torchvision import transforms as T
+
+from .compat import require_torchvision
+
+T = require_torchvision().transforms  # a torchvision built for another torch says what to install
 
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 SHAPES = ("disk", "square", "triangle", "cross", "ring")

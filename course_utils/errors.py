@@ -20,6 +20,18 @@ class UsageError(CourseError):
     """Raised when a command is called with paths or options that cannot work."""
 
 
+class TorchvisionMismatch(CourseError):
+    """Raised when torchvision cannot load beside the installed torch (a pair of releases
+    built for each other is needed); the message is one line with the command that fixes it.
+
+    IPython shows `_render_traceback_` instead of a traceback, so a notebook's setup cell says
+    that line, not `operator torchvision::nms does not exist` under twenty frames.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"TorchvisionMismatch: {self}"]
+
+
 class CheckFailed(AssertionError):
     """Raised by a check cell whose verdict is not a pass, so nbval marks the cell failed.
 

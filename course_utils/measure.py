@@ -138,7 +138,7 @@ def time_fn(
 def _progress(total: int, label: str):
     """A bar shown only once timing has taken 2 s (a silent cell looks hung) and cleared when
     done, so quick timings print nothing."""
-    from tqdm.auto import tqdm
+    from .progress import tqdm
 
     return tqdm(total=total, desc=f"timing {label}".rstrip(), leave=False, delay=2.0)
 

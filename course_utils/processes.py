@@ -2,7 +2,7 @@
 
 torchrun starts each worker, and Jupyter each kernel, in a session of its own, so killing a
 process group misses them: the tree is collected first and every member signalled. Used by
-the grader, the selftest runner and the lessons' torchrun launchers.
+the grader, the selftest runner and the torchrun launcher (launch.py).
 """
 
 from __future__ import annotations

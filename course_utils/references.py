@@ -3,7 +3,8 @@
 Where this device cannot show a technique's effect (no GPU for cudnn.benchmark, pinned-memory
 copies or asynchronous kernels), a notebook shows what a committed `course report` run measured
 elsewhere, labelled with its device, date and command, never a figure typed into prose.
-The runs are the `docs/results/<class>-<device>.json` files that `course report` writes.
+The runs are the `docs/results/<class>-<device>.json` files that `course report` writes; an
+installed wheel carries a copy of them (documents.py), so Colab shows them too.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
-ONLINE = "https://github.com/faster-pytorch-training/course/tree/main/docs/results"
+from . import documents
+
+RESULTS = documents.results_dir()
+ONLINE = documents.ONLINE + "/results"
 
 
 @dataclass
@@ -82,7 +85,7 @@ def reference_results(notebook: str, exclude_class: str | None = None, results: 
 
     rows = [r for r in reference_rows(notebook, results) if r.device_class != exclude_class]
     if not rows:
-        where = RESULTS if RESULTS.is_dir() else ONLINE
+        where = results if results.is_dir() else ONLINE
         display(
             Markdown(
                 f"No committed reference run covers `{notebook}` on another device class yet "

@@ -133,8 +133,7 @@ def report(
     reference: Path | None = None,
 ) -> Report:
     """Run the solution notebooks (all, or those whose names start with one of `only`)."""
-    from tqdm.auto import tqdm
-
+    from .progress import tqdm
     from .session import env
 
     paths = sorted(Path(solutions).glob("*.ipynb"))

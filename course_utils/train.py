@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from .device import amp_dtype, autocast, env_info, get_device, synchronize
+from .progress import tqdm
 
 
 @dataclass

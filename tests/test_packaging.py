@@ -21,8 +21,9 @@ yaml = pytest.importorskip("yaml")
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONAL_EXTRAS = {"airbench"}  # extras nothing in the README's commands or the tests needs
-REQUIREMENT = re.compile(
-    r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*(?:>=\s*([0-9][0-9A-Za-z.]*))?\s*$"
+REQUIREMENT = re.compile(  # a lower bound, and an upper one where a release breaks us
+    r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*"
+    r"(?:>=\s*([0-9][0-9A-Za-z.]*)(?:\s*,\s*<\s*[0-9][0-9A-Za-z.]*)?)?\s*$"
 )
 
 
@@ -37,14 +38,15 @@ def environment() -> dict:
 
 
 def lower_bounds(requirements: list[str]) -> dict[str, str | None]:
-    """{normalised name: lower bound or None} of requirement strings like 'torch>=2.4'."""
+    """{normalised name: lower bound or None} of requirement strings like 'torch>=2.4' (or
+    'sphinx>=7,<11'); the whole text must match in both files, upper bound included."""
     bounds = {}
     for text in requirements:
         match = REQUIREMENT.match(text)
         assert match, f"cannot read requirement {text!r} (expected 'name' or 'name>=version')"
         name = re.sub(r"[-_.]+", "-", match[1]).lower()
         assert name not in bounds, f"{name} listed twice"
-        bounds[name] = match[2]
+        bounds[name] = text.strip()[len(match[1]) :].strip() or None
     return bounds
 
 

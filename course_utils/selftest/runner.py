@@ -122,7 +122,7 @@ def run_items(
     line: Callable[[Item, dict], str],
 ) -> dict[str, dict]:
     """Every item's record, running those the state file does not hold yet."""
-    from tqdm.auto import tqdm
+    from ..progress import tqdm
 
     out.mkdir(parents=True, exist_ok=True)
     records = load_state(out, header)

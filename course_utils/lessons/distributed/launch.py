@@ -1,27 +1,24 @@
 """Launch a script under torchrun from a notebook, and never hang doing it.
 
-`python -m torch.distributed.run` is `torchrun` (the same entry point, and it works in any
-virtual environment or on Colab). `--standalone` runs a single-node rendezvous on a free
-port that torchrun picks itself, so two notebooks or graders on one machine never collide.
-Every launch has a deadline: on timeout the whole process tree (torchrun and its workers)
-is killed and the result says so, with the end of the output to diagnose from; an
-interrupted cell kills it too.
+The launching itself is the harness's (course_utils/launch.py: a free port, a line per rank as
+it starts, a deadline that kills every process, one retry of a failed rendezvous, the failing
+rank's own stderr). This lesson adds its trace: each process records what it did in a folder
+(workload.py), read back as `Launch.events`; and `start_alone`, one process with the
+environment torchrun would give it.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
+import shutil
 import sys
 import tempfile
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...processes import kill_tree
+from ... import launch as harness
+from ...rank_logs import ECHOES
 from .workload import TRACE_ENV
 
 LEARNER_ENV = "COURSE_LEARNER_RUN"  # set while a check runs the learner's code
@@ -40,6 +37,7 @@ class Launch:
     timeout_s: float
     output: str
     events: list[dict] = field(default_factory=list)
+    finished: harness.Finished | None = None  # the harness's record: each failed rank's stderr
 
     @property
     def timed_out(self) -> bool:
@@ -61,6 +59,7 @@ class Launch:
         raised = [m for m in raised if m["rank"]] or [
             m for m in raised if not m["type"].endswith("ChildFailedError")
         ]
+        raised = [m for m in raised if not _is_echo(m["message"])] or raised
         if not raised:
             return None
         last = raised[-1]
@@ -70,75 +69,61 @@ class Launch:
     def tail(self, lines: int = 12) -> str:
         return "\n".join(self.output.strip().splitlines()[-lines:])
 
+    def rank_error(self, rank: int | None = None) -> str:
+        """The failing rank's own error (its stderr's end, or the signal that killed it)."""
+        return self.finished.rank_error(rank) if self.finished is not None else ""
+
 
 class Running:
     """A launch under way: `finish()` waits for it (up to its deadline) and reads its trace.
 
-    Started by `start_torchrun` or `start_alone`, so that two launches can run at once.
-    `stop_at`: an event after which nothing more is needed from the process: once the trace
-    holds it, the process is killed (a watcher thread) instead of being waited for.
-    """
+    Started by `start_torchrun` or `start_alone`, so that two launches can run at once."""
 
     def __init__(
-        self, command: list[str], cwd, env: dict, timeout_s: float, stop_at: str | None = None
+        self, job: harness.Torchrun | harness.Watched, trace: tempfile.TemporaryDirectory
     ) -> None:
-        self.command, self.timeout_s = command, timeout_s
-        self._trace = tempfile.TemporaryDirectory(prefix="course06-trace-")
-        env = {**env, TRACE_ENV: self._trace.name}
-        self._start = time.perf_counter()
-        self._proc = subprocess.Popen(
-            command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True,
-        )  # fmt: skip
-        if stop_at:
-            threading.Thread(target=self._stop_at, args=(stop_at,), daemon=True).start()
+        self._job, self._trace = job, trace
 
-    def _stop_at(self, event: str) -> None:
-        needle = f'"event": "{event}"'
-        while self._proc.poll() is None:
-            try:
-                seen = any(needle in p.read_text() for p in Path(self._trace.name).glob("*.jsonl"))
-            except OSError:  # the trace was removed: the launch is over
-                return
-            if seen:
-                self._proc.kill()
-                return
-            time.sleep(0.1)
+    @property
+    def command(self) -> list[str]:
+        return self._job.command
 
     def finish(self) -> Launch:
-        left = max(1.0, self.timeout_s - (time.perf_counter() - self._start))
         try:
-            output, _ = self._proc.communicate(timeout=left)
-            code = self._proc.returncode
-        except subprocess.TimeoutExpired:
-            _kill_group(self._proc)
-            output, _ = self._proc.communicate()
-            code = None
-        except BaseException:  # an interrupted cell (KeyboardInterrupt) must not leave ranks
-            self.kill()
+            done = self._job.finish()
+        except BaseException:  # an interrupted cell: the harness killed the ranks
+            self._trace.cleanup()
             raise
-        seconds = time.perf_counter() - self._start
         events = _read(self._trace.name)
         self._trace.cleanup()
-        return Launch(self.command, code, seconds, self.timeout_s, output, events)
+        return Launch(
+            done.command, done.returncode, done.seconds, done.timeout_s, done.output, events, done
+        )
 
     def kill(self) -> None:
         """Stop it now (a launch beside one that failed), and remove its trace."""
-        if self._proc.poll() is None:
-            _kill_group(self._proc)
+        self._job.kill()
         self._trace.cleanup()
 
 
+def _traced(env: dict) -> tuple[tempfile.TemporaryDirectory, dict]:
+    trace = tempfile.TemporaryDirectory(prefix="course06-trace-")
+    return trace, {**env, TRACE_ENV: trace.name}
+
+
+def _clear(folder: str):
+    """Empty the trace before a retried launch: its events are the second attempt's alone."""
+
+    def clear() -> None:
+        shutil.rmtree(folder, ignore_errors=True)
+        Path(folder).mkdir(exist_ok=True)
+
+    return clear
+
+
 def _environment(learner: bool, env: dict | None) -> dict:
-    """One intra-op thread per process: two processes on two cores would otherwise each start
-    one thread per core and fight over them."""
-    run_env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "OMP_WAIT_POLICY": "PASSIVE",
-        "PYTHONUNBUFFERED": "1",
-        **(env or {}),
-    }
+    """The harness's rank environment (one intra-op thread each, unbuffered), passive waits."""
+    run_env = harness.environment({"OMP_WAIT_POLICY": "PASSIVE", **(env or {})})
     if learner:
         run_env[LEARNER_ENV] = "1"
     return run_env
@@ -157,12 +142,13 @@ def start_torchrun(
     """Start `script` (a file, or a module with `module=True`) on `nproc` local processes."""
     script = script if module else Path(script).resolve()  # it runs in its own folder
     target = ["-m", str(script)] if module else [str(script)]
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone",
-        f"--nproc_per_node={nproc}", *target, *map(str, args),
-    ]  # fmt: skip
     cwd = Path(script).parent if not module else None
-    return Running(command, cwd, _environment(learner, env), timeout_s)
+    trace, run_env = _traced(_environment(learner, env))
+    job = harness.Torchrun(
+        [*target, *map(str, args)], nproc=nproc, timeout_s=timeout_s, cwd=cwd, env=run_env,
+        on_retry=_clear(trace.name),
+    )  # fmt: skip
+    return Running(job, trace)
 
 
 def torchrun(script: Path | str, args: list[str] = (), **options) -> Launch:
@@ -189,21 +175,32 @@ def start_alone(
     and its exit code is then -9."""
     script = Path(script).resolve()
     command = [sys.executable, str(script), *map(str, args)]
-    run_env = {**_environment(True, env), **ALONE_ENV}
+    trace, run_env = _traced({**_environment(True, env), **ALONE_ENV})
     for name in ("TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID"):
         run_env.pop(name, None)  # rank 0 hosts its own store, as without an agent
-    return Running(command, script.parent, run_env, timeout_s, stop_at="exit")
+    exited = _traced_event(trace.name, "exit")
+    job = harness.Watched(
+        command, timeout_s=timeout_s, cwd=script.parent, env=run_env, stop_when=exited
+    )
+    return Running(job, trace)
+
+
+def _traced_event(folder: str, event: str):
+    """True once the trace in `folder` holds `event`: nothing more is needed from the process."""
+    needle = f'"event": "{event}"'
+
+    def seen() -> bool:
+        try:
+            return any(needle in p.read_text() for p in Path(folder).glob("*.jsonl"))
+        except OSError:  # the trace was removed: the launch is over
+            return False
+
+    return seen
 
 
 def _is_echo(message: str) -> bool:
     """An error that only reports another rank's death (gloo and NCCL phrase it so)."""
-    return any(s in message for s in ("Connection closed by peer", "remote worker", "Broken pipe"))
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """Stop torchrun and every process under it: SIGTERM, then SIGKILL after 5 s."""
-    kill_tree(proc.pid, grace_s=5)
-    proc.wait()
+    return any(s in message for s in ECHOES)
 
 
 def _read(folder: str) -> list[dict]:
@@ -218,7 +215,8 @@ def _read(folder: str) -> list[dict]:
 
 
 def describe_failure(launch: Launch, what: str = "your script") -> str:
-    """One paragraph for a launch that timed out or exited with an error."""
+    """One paragraph for a launch that timed out or exited with an error: the failing rank's
+    own error (the end of its stderr, or the signal that killed it), not torchrun's footer."""
     if launch.timed_out:
         return (
             f"{what} did not finish within {launch.timeout_s:.0f} s, so every process was "
@@ -227,6 +225,20 @@ def describe_failure(launch: Launch, what: str = "your script") -> str:
             "inside `if rank == 0:`. Last output:\n" + launch.tail()
         )
     exc = launch.exception()
+    failed = launch.finished.root_failure() if launch.finished else None
+    if exc and failed and _is_echo(exc["message"]) and exc["rank"] != failed.rank:
+        exc = None  # a peer reporting the death of the rank that failed first
     where = f" on rank {exc['rank']}" if exc and exc["rank"] >= 0 else ""
-    kind = f"{exc['type']}{where}: {exc['message']}" if exc else "no Python exception recorded"
-    return f"{what} exited with code {launch.returncode} ({kind}). Last output:\n" + launch.tail()
+    own = launch.rank_error(exc["rank"] if exc and exc["rank"] >= 0 else None)
+    if exc:
+        kind = f"{exc['type']}{where}: {exc['message']}"
+    else:
+        kind = f"rank {failed.rank} {_how(failed)}" if failed else "no Python exception recorded"
+    said = own[:1].upper() + own[1:] if own else "Last output:\n" + launch.tail()
+    return f"{what} exited with code {launch.returncode} ({kind}). {said}"
+
+
+def _how(failed: harness.RankExit) -> str:
+    if failed.signal_name:
+        return f"killed by {failed.signal_name}"
+    return f"exited with code {failed.exitcode}"

@@ -14,6 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from . import workload
+from .checks import finished_cleanly
 from .colleague import colleague_scripts
 from .ending import _load_error
 from .launch import describe_failure, torchrun
@@ -36,7 +37,8 @@ def _first(samples: list[int], n: int = 6) -> str:
 
 def observe_script(script, epochs: int = 2, batch_size: int = 32) -> str:
     """Run `script` on 2 processes (global batch `batch_size`) and return, as Markdown, what
-    every process did. Raises RuntimeError, with the end of the output, if the launch fails."""
+    every process did. Raises RuntimeError, with the failing rank's own error, if the launch
+    fails."""
     script = Path(script)
     with tempfile.TemporaryDirectory(prefix="course06-") as out:
         cfg = workload.Config(epochs=epochs, batch_size=batch_size, lr=0.1, seed=0)
@@ -45,10 +47,29 @@ def observe_script(script, epochs: int = 2, batch_size: int = 32) -> str:
                 "--seed", cfg.seed, "--checkpoint", cfg.checkpoint]  # fmt: skip
         print(f"launching {script.name} on {WORLD} processes under torchrun ...")
         launch = torchrun(script, args, nproc=WORLD, learner=False)
-        if launch.returncode != 0 or not launch.of("forward"):
+        teardown = launch.returncode != 0 and finished_cleanly(launch, WORLD)
+        if (launch.returncode != 0 and not teardown) or not launch.of("forward"):
             raise RuntimeError(describe_failure(launch, script.name))
+        if teardown:  # the check reads such a launch the same way
+            print(_teardown_note(launch))
         table = _per_rank(launch, epochs)
         return table + "\n\n" + _checkpoint(launch, cfg)
+
+
+def _teardown_note(launch) -> str:
+    """One line for a process that aborted after every rank's Python had finished (seen beside
+    another torchrun on a loaded machine): what it measured is complete."""
+    failed = launch.finished.root_failure() if launch.finished else None
+    who = (
+        f"rank {failed.rank} was killed by {failed.signal_name}"
+        if failed and failed.signal_name
+        else "a process failed"
+    )
+    return (
+        f"(exit code {launch.returncode}: {who} in torch's C++ teardown, after every rank's "
+        "Python had finished: a known gloo race, not the script; every figure below was "
+        "recorded before it)"
+    )
 
 
 def _per_rank(launch, epochs: int) -> str:

@@ -1,26 +1,22 @@
 """Run one of this lesson's torchrun entry points from a notebook, with a deadline.
 
-`python -m torch.distributed.run --standalone` is `torchrun` on a free port it picks itself,
-so two notebooks or graders on one machine never collide. On timeout or an interrupted cell,
-torchrun and every worker under it are killed (torchrun starts each worker in a session of
-its own, so the whole process tree is collected first). Lesson 06 has a fuller launcher with
-a per-process trace; this one only needs an exit code, the output and a JSON result file.
+The launching is the harness's (course_utils/launch.py: a free port, a line per rank as it
+starts, a deadline that kills every process, one retry of a failed rendezvous, the failing
+rank's own stderr). Lesson 13 needs from a launch only its exit code, its output and the JSON
+result that rank 0 writes (worker.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from ...processes import kill_tree
+from ... import launch as harness
 
 LEARNER_ENV = "COURSE_LEARNER_RUN"  # set while a check runs the learner's code
 
@@ -34,6 +30,7 @@ class Launch:
     timeout_s: float
     output: str
     result: dict | None
+    finished: harness.Finished | None = None  # the harness's record: each failed rank's stderr
 
     @property
     def timed_out(self) -> bool:
@@ -43,16 +40,17 @@ class Launch:
         return "\n".join(self.output.strip().splitlines()[-lines:])
 
     def failure(self, what: str) -> str:
-        """One paragraph for a launch that timed out or wrote no result."""
+        """One paragraph for a launch that timed out or wrote no result: the failing rank's
+        own error (the end of its stderr, or the signal that killed it)."""
         if self.timed_out:
             return (
                 f"{what} did not finish within {self.timeout_s:.0f} s, so every process was "
                 "killed (a rank that waits forever sits in a collective another rank never "
                 "reaches). Last output:\n" + self.tail()
             )
-        return f"{what} exited with code {self.returncode} and no result. Last output:\n" + (
-            self.tail()
-        )
+        own = self.finished.rank_error() if self.finished is not None else ""
+        said = own[:1].upper() + own[1:] if own else "Last output:\n" + self.tail()
+        return f"{what} exited with code {self.returncode} and no result. {said}"
 
 
 def backend_for(world: int) -> str:
@@ -71,51 +69,34 @@ def describe(world: int) -> str:
 
 
 class Running:
-    """A launch under way (`start`); `finish()` waits for it, up to its deadline. Its output
-    goes to a file, so a launch left running while the notebook computes never blocks."""
+    """A launch under way (`start`); `finish()` waits for it, up to its deadline."""
 
     def __init__(self, task: str, args, nproc: int, timeout_s: float, learner: bool) -> None:
         self._folder = tempfile.TemporaryDirectory(prefix="course13-")
         self.out = Path(self._folder.name) / "result.json"
-        self._log = open(Path(self._folder.name) / "output.txt", "w+")  # noqa: SIM115
-        command = [
-            sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc_per_node={nproc}", "-m", "course_utils.lessons.fsdp.worker",
-            task, *map(str, args), "--out", str(self.out),
-        ]  # fmt: skip
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-        if learner:
-            env[LEARNER_ENV] = "1"
-        self.timeout_s, self._start = timeout_s, time.perf_counter()
-        self._proc = subprocess.Popen(
-            command, env=env, stdout=self._log, stderr=subprocess.STDOUT, text=True
+        target = ["-m", "course_utils.lessons.fsdp.worker", task, *map(str, args)]
+        self._job = harness.Torchrun(
+            [*target, "--out", str(self.out)],
+            nproc=nproc,
+            timeout_s=timeout_s,
+            env={LEARNER_ENV: "1"} if learner else None,
+            on_retry=lambda: self.out.unlink(missing_ok=True),
         )
 
     def kill(self) -> None:
         """Stop it now (a measurement beside it failed), and remove its files."""
-        if self._proc.poll() is None:
-            _kill_tree(self._proc)
-        self._log.close()
+        self._job.kill()
         self._folder.cleanup()
 
     def finish(self) -> Launch:
-        left = max(1.0, self.timeout_s - (time.perf_counter() - self._start))
         try:
-            code = self._proc.wait(timeout=left)
-        except subprocess.TimeoutExpired:
-            _kill_tree(self._proc)
-            code = None
-        except BaseException:  # an interrupted cell must not leave ranks behind
-            _kill_tree(self._proc)
+            done = self._job.finish()
+        except BaseException:  # an interrupted cell: the harness killed the ranks
             self._folder.cleanup()
             raise
-        seconds = time.perf_counter() - self._start
-        self._log.seek(0)
-        output = self._log.read()
-        self._log.close()
         result = json.loads(self.out.read_text()) if self.out.exists() else None
         self._folder.cleanup()
-        return Launch(code, seconds, self.timeout_s, output, result)
+        return Launch(done.returncode, done.seconds, done.timeout_s, done.output, result, done)
 
 
 def start(
@@ -129,9 +110,3 @@ def start(
 def torchrun(task: str, args: list = (), **options) -> Launch:
     """Run a task and wait for it (options: those of `start`)."""
     return start(task, args, **options).finish()
-
-
-def _kill_tree(proc: subprocess.Popen) -> None:
-    """SIGTERM torchrun and every process under it, then SIGKILL what is left after 5 s."""
-    kill_tree(proc.pid, grace_s=5)
-    proc.wait()
