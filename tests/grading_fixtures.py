@@ -1,7 +1,6 @@
-"""A toy lesson, made by code, and submissions of it for every grading scenario.
-
-The toy lesson defines its checks in its own first cell, so a grading run costs little more
-than a kernel start.
+"""A toy lesson's notebook (course_utils.lessons.toy), made by code, and submissions of it for
+every grading scenario. Its checks ask one function for one number, so a grading run costs
+little more than a kernel start.
 """
 
 from __future__ import annotations
@@ -27,22 +26,7 @@ CELL_TIMEOUT = (
 )
 THREADS_LINE = "threads seen by the kernel:"
 
-CHECKS = """
-from course_utils.checks import check, correct
-
-
-@check("toy-double", points=1, hint="Return x + x.")
-def check_double(double):
-    got = double(3)  # a number, as every check compares numbers: not an object's own __eq__
-    ok = type(got) is int and got == 6
-    return [correct("double(3)", ok, f"double(3) returned {got!r}, expected 6")]
-
-
-@check("toy-square", points=2, hint="Return x * x.")
-def check_square(square):
-    got = square(4)
-    return [correct("square(4)", got == 16, f"square(4) returned {got!r}, expected 16")]
-"""
+CHECKS = "from course_utils.lessons import toy as lesson"
 
 
 def toy_solution():
@@ -51,9 +35,9 @@ def toy_solution():
         parameters_cell(),
         code(CHECKS),
         code("def double(x):\n    ### BEGIN SOLUTION\n    return x + x\n    ### END SOLUTION"),
-        check_code("toy-double", 1, "check_double(double)"),
+        check_code("toy-double", 1, "lesson.check_double(double)"),
         code("def square(x):\n    ### BEGIN SOLUTION\n    return x * x\n    ### END SOLUTION"),
-        check_code("toy-square", 2, "check_square(square)"),
+        check_code("toy-square", 2, "lesson.check_square(square)"),
         code("import matplotlib.pyplot as plt\n\nplt.plot([1, 2, 3])\nplt.title('toy figure');"),
     ]
     return new_notebook(cells, TOY)

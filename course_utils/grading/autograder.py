@@ -69,7 +69,7 @@ STATUS_LINE = {
     ERROR: "Error: the check stopped before its verdict.",
     TIMEOUT: "Timed out: a cell ran past its time limit.",
     MISSING: "Did not run: the notebook stopped before this check.",
-    NOT_APPLICABLE: "Not applicable here (not counted).",
+    NOT_APPLICABLE: "Not applicable on this grading machine (0 points here).",
 }
 # when a learner sees a check's details, after the status line
 SHOWN = {
@@ -81,12 +81,12 @@ SHOWN = {
 
 
 def _score_test(r: Row, output: str) -> dict:
-    """A check's points and status as a test every learner sees at once."""
-    applicable = r.status != NOT_APPLICABLE
+    """A check's points and status as a test every learner sees at once (of all its points:
+    a check this machine cannot judge still counts in the lesson's total)."""
     return {
         "name": r.check,
         "score": r.points,
-        "max_score": r.max_points if applicable else 0.0,
+        "max_score": r.max_points,
         "status": "passed" if r.status in (PASSED, NOT_APPLICABLE) else "failed",
         "output": output,
         "output_format": "md",
@@ -106,7 +106,7 @@ def _tests(r: Row, notes: dict[str, str], visibility: str) -> list[dict]:
     details = f"{r.check}: details"
     line = f"{STATUS_LINE.get(r.status, r.status)} {SHOWN[visibility].format(name=details)}"
     score = _score_test(r, line)
-    lead = [] if r.status != NOT_APPLICABLE else ["**Not applicable here** (not counted):", ""]
+    lead = [] if r.status != NOT_APPLICABLE else ["**Not applicable on this grading machine:**", ""]
     explained = {
         "name": details,
         "score": 0.0,
@@ -236,7 +236,10 @@ def _summary(rows: list[Row], config: AutograderConfig, earned: float, possible:
             f"{UNTIMED_PLATFORMS['gradescope'][0].upper()}{UNTIMED_PLATFORMS['gradescope'][1:]}."
         )
     if any(r.status == NOT_APPLICABLE for r in rows):
-        lines.append("A check that is *not applicable* here counts for nothing, against no one.")
+        lines.append(
+            "A check this grading machine cannot judge earns 0 of its points here; your "
+            "instructor can grade it on other hardware."
+        )
     stopped = [r.check for r in rows if r.status in ("missing", "timeout")]
     if stopped:
         lines.append(
@@ -293,10 +296,33 @@ def grade_upload(root: Path, config: AutograderConfig, checks: dict[str, float],
     return _results(config, tests, _summary(rows, config, earned, possible), started)
 
 
+def hide_from_learners(root: Path) -> list[Path]:
+    """As root, make what the learner's code must not read or write root's alone: the source
+    (solutions, config), the results folder, and the installed course (its reference answers;
+    the kernel imports the answer-free copy instead). The learner's code runs as a grading user
+    (course_utils.grading.sandbox), which then cannot reach them."""
+    if os.geteuid() != 0:
+        return []
+    import course_utils
+
+    hidden = [root / "source", root / "results"]
+    installed = Path(course_utils.__file__).parent
+    if {"site-packages", "dist-packages"} & set(installed.parts):  # not a working copy
+        hidden.append(installed)
+    for path in hidden:
+        if path.exists():
+            os.chmod(path, 0o700)
+    return hidden
+
+
 def run(root: Path) -> dict:
-    """Grade /autograder/submission into /autograder/results/results.json, whatever happens."""
+    """Grade /autograder/submission into /autograder/results/results.json, whatever happens:
+    written before grading (in case the run is stopped) and after it, once no process of the
+    learner's code is left (the sandbox's, or the grading user's, all killed by then)."""
     started = time.monotonic()
     out = root / "results" / "results.json"
+    (root / "results").mkdir(parents=True, exist_ok=True)
+    hide_from_learners(root)
     try:
         config = AutograderConfig(**json.loads((root / "source" / CONFIG).read_text()))
         checks = points_per_check(root / "source" / "solutions" / f"{config.lesson}.ipynb")

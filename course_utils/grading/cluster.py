@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import tempfile
 import uuid
 from collections import deque
 from collections.abc import Iterator
@@ -151,9 +152,10 @@ def log_deaths(client, name: str, graded: bool, run_id: str) -> list[str]:
     return lines
 
 
-def _local_cluster(workers: int):
+def _local_cluster(workers: int, scratch: str):
     """N workers on this machine, one thread each: one per GPU (CUDA_VISIBLE_DEVICES) with
-    GPU=1, or, on a CPU machine, TIMING=1 each. The Nanny leaves thread settings alone."""
+    GPU=1, or, on a CPU machine, TIMING=1 each. The Nanny leaves thread settings alone. Their
+    scratch space (Dask's spill and lock files) is `scratch`, removed with the cluster."""
     import dask
     from distributed import Nanny, Scheduler, SpecCluster
 
@@ -170,7 +172,12 @@ def _local_cluster(workers: int):
         )
     spec = {}
     for i in range(workers):
-        options = {"nthreads": 1, "memory_limit": 0, "host": "127.0.0.1"}
+        options = {
+            "nthreads": 1,
+            "memory_limit": 0,
+            "host": "127.0.0.1",
+            "local_directory": scratch,
+        }
         if gpus:
             options |= {"resources": {"GPU": 1}, "env": {"CUDA_VISIBLE_DEVICES": str(i)}}
         else:
@@ -199,7 +206,11 @@ def connect(target: Target) -> Iterator:
         return
     environ = dict(os.environ)
     try:
-        with _local_cluster(target.workers) as cluster, Client(cluster) as client:
+        with (
+            tempfile.TemporaryDirectory(prefix="course-dask-") as scratch,
+            _local_cluster(target.workers, scratch) as cluster,
+            Client(cluster) as client,
+        ):
             client.wait_for_workers(target.workers, timeout=120)
             yield client
     finally:

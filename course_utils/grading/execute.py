@@ -151,6 +151,15 @@ def sandboxed_manager(box: Box):
             self.ip = str(box.folder / "runtime" / "kernel")
             self.connection_file = str(box.folder / "runtime" / "kernel.json")
 
+        @property
+        def kernel_spec(self):
+            """Interrupted by a message the kernel acts on itself: a signal would reach the
+            sandbox's own process (bwrap), which would die of it, and the kernel with it."""
+            spec = super().kernel_spec
+            if spec is not None:
+                spec.interrupt_mode = "message"
+            return spec
+
         async def _async_launch_kernel(self, kernel_cmd, **kw):
             env = sandbox.kernel_environment(os.environ, box.folder, box.harness, box.isolation)
             env[JUDGE_ENV] = str(box.folder / JUDGE_SOCKET)

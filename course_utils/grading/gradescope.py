@@ -79,6 +79,9 @@ fi
 apt-get update
 export DEBIAN_FRONTEND=noninteractive
 apt-get install -y python3 python3-venv python3-pip
+# the learner's kernel runs in a bubblewrap sandbox where the container allows one; else as a
+# grading user (course_utils/grading/sandbox.py): the log of each run says which
+apt-get install -y bubblewrap || echo "setup.sh: no bubblewrap; a grading user isolates" >&2
 PY=python@PYTHON_MINOR@  # the exporter's; the pins below were resolved for it
 if ! apt-get install -y "$PY" "$PY-venv"; then
   echo "setup.sh: this image has no $PY (the exporter's); using $(python3 --version)." \\

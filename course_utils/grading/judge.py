@@ -169,11 +169,19 @@ class Judge:
 
 
 def _registered(check_id: str):
-    """The registered check `check_id`, importing its lesson (its id's prefix)."""
+    """The registered check `check_id`, importing its lesson: the id's prefix is a notebook's
+    number (selftest.items.LESSONS) or the lesson package's own name (`toy-double`)."""
+    import importlib
+
     from ..checks import REGISTRY
-    from ..selftest.items import LESSONS, lesson_checks
+    from ..selftest.items import LESSONS
 
     prefix = check_id.split("-", 1)[0]
-    if check_id not in REGISTRY and prefix in LESSONS:
-        lesson_checks(prefix)
+    if check_id not in REGISTRY:
+        package = LESSONS[prefix][1] if prefix in LESSONS else prefix
+        if package.isidentifier():
+            try:
+                importlib.import_module(f"course_utils.lessons.{package}")
+            except ImportError:
+                return None
     return REGISTRY.get(check_id)

@@ -39,18 +39,42 @@ def solutions_digest(sol_paths: list[Path]) -> str:
     return digest.hexdigest()
 
 
+def harness_digest(harness: Path = HARNESS) -> str:
+    """Every file of the harness folder, bytecode included: what the judge imports, and what
+    the kernel's answer-free harness is built from. Compiled first where it can be, so a
+    first import during the run does not change what the next run sees."""
+    import compileall
+
+    compileall.compile_dir(str(harness), quiet=2)  # a read-only install: nothing written
+    digest = hashlib.sha256()
+    for path in sorted(p for p in harness.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(harness).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def packages_digest() -> str:
+    """The environment's package set (name and version of every installed distribution)."""
+    from importlib import metadata
+
+    names = sorted(
+        f"{d.metadata.get('Name', '?')}=={d.version}" for d in metadata.distributions()
+    )
+    return hashlib.sha256("\n".join(names).encode()).hexdigest()
+
+
 def machine_settings(harness: Path = HARNESS) -> str:
-    """What the grading machine contributes to a fingerprint: the harness's own code (check
-    bodies, thresholds), the device class and the torch version. Computed where the notebook
-    runs (a Dask worker, a shard's node), never assumed from the client."""
+    """What the grading machine contributes to a fingerprint: the harness folder (check bodies,
+    thresholds; bytecode too), the installed packages, the device class and the torch
+    version. Computed where the notebook runs (a Dask worker, a shard's node), never assumed
+    from the client."""
     import torch  # only when grading: `course --help` and `course assign` start without it
 
     from .. import device
 
-    digest = hashlib.sha256()
-    for path in sorted(harness.rglob("*.py")):
-        digest.update(path.relative_to(harness).as_posix().encode() + path.read_bytes())
-    return f"{digest.hexdigest()}|{device.device_class()}|{torch.__version__}"
+    return (
+        f"{harness_digest(harness)}|{device.device_class()}|{torch.__version__}|"
+        f"{packages_digest()}"
+    )
 
 
 def device_class_of(machine: str) -> str:
