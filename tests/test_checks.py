@@ -28,6 +28,7 @@ from course_utils.checks import (
 )
 from course_utils.device import device_class
 from course_utils.errors import CheckFailed
+from course_utils.probes import call_with, observe, probe
 
 CONTRACT_FIELDS = {
     "check_id",
@@ -43,7 +44,7 @@ CONTRACT_FIELDS = {
 
 @check("demo-double", points=2, hint="Return x + x.")
 def check_double(double):
-    got = double(3)
+    got = observe(call_with, double, 3)
     return [
         correct(
             "double(3)", got == 6, f"double(3) returned {got!r}, expected 6", value=got, threshold=6
@@ -350,7 +351,8 @@ def test_learner_code_calling_a_reference_answer_fails_saying_so():
 
     @check("test-delegation", points=1)
     def check_double(double):
-        return [correct("double(3)", double(3) == 6, "double(3) must be 6")]
+        got = observe(call_with, double, 3)
+        return [correct("double(3)", got == 6, "double(3) must be 6")]
 
     def delegating(x):
         return reference_double(x)
@@ -370,9 +372,50 @@ def test_a_check_may_use_the_reference_itself_while_grading():
 
     @check("test-reference-inside", points=1)
     def check_square(square):
-        return [correct("square(4)", square(4) == reference_square(4), "square(4) must be 16")]
+        got = observe(call_with, square, 4)
+        return [correct("square(4)", got == reference_square(4), "square(4) must be 16")]
 
     assert check_square(lambda x: x**2).status == PASSED
+
+
+@probe
+def built_x(cls, x):
+    """A class answer, built beside the learner's code: only its attribute comes back."""
+    return cls(x).x
+
+
+# --- a check body sees plain data, never the learner's objects -------------------------------
+
+
+def test_a_value_whose_eq_would_lie_arrives_as_a_plain_number():
+    class Agreeable(int):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = int.__hash__
+
+    seen = []
+
+    @check("test-plain-data", points=1)
+    def check_value(fn):
+        got = observe(call_with, fn, 0)
+        seen.append(type(got))
+        return [correct("value", got == 6, f"got {got!r}")]
+
+    with pytest.raises(CheckFailed):
+        check_value(lambda _: Agreeable(9))
+    assert seen == [int]
+
+
+def test_a_check_body_that_calls_the_answer_itself_errors_at_once():
+    @check("test-direct-call", points=1)
+    def check_direct(fn):
+        return [correct("direct", fn(3) == 6, "")]
+
+    with pytest.raises(CheckFailed) as info:
+        check_direct(learner_double)
+    assert info.value.status == ERROR
+    assert "through a probe" in info.value.summary
 
 
 # --- demos use an answer once its check passed it ------------------------------------------
@@ -431,7 +474,7 @@ def test_a_class_answer_is_returned_itself_not_wrapped():
 
     @check("test-class-answer", points=1)
     def check_class(cls):
-        return [correct("built", cls(2).x == 2, "cls(2).x")]
+        return [correct("built", observe(built_x, cls, 2) == 2, "cls(2).x")]
 
     check_class(Answer)
     assert checks.learner_or_reference(Answer, object, "Answer") is Answer
