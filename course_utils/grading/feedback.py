@@ -40,6 +40,8 @@ def feedback(sub, rows: list, notes: dict[str, str]) -> str:
     lines.append(
         f"Lesson **{lesson or '?'}**, graded on a `{device}` device: **{earned:g} / {possible:g} points**."
     )
+    if "*" in notes:  # said of the whole notebook (submission.NOTEBOOK_NOTE)
+        lines += ["", f"*Note:* {notes['*']}."]
     lines += ["", "| check | status | points | measured | expected |", "|---|---|---|---|---|"]
     for r in rows:
         lines.append(

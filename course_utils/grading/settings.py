@@ -56,9 +56,7 @@ def packages_digest() -> str:
     """The environment's package set (name and version of every installed distribution)."""
     from importlib import metadata
 
-    names = sorted(
-        f"{d.metadata.get('Name', '?')}=={d.version}" for d in metadata.distributions()
-    )
+    names = sorted(f"{d.metadata.get('Name', '?')}=={d.version}" for d in metadata.distributions())
     return hashlib.sha256("\n".join(names).encode()).hexdigest()
 
 
@@ -72,8 +70,7 @@ def machine_settings(harness: Path = HARNESS) -> str:
     from .. import device
 
     return (
-        f"{harness_digest(harness)}|{device.device_class()}|{torch.__version__}|"
-        f"{packages_digest()}"
+        f"{harness_digest(harness)}|{device.device_class()}|{torch.__version__}|{packages_digest()}"
     )
 
 

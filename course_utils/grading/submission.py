@@ -3,10 +3,10 @@ and folder, read what the restored checks reported, and return its rows.
 
 A submission is never written to. Before it runs, its locked check cells are restored from
 `solutions/` by grade_id (a deleted or edited check comes back as the instructor wrote it),
-every output is cleared, and the restored cells are tagged in metadata by the grader. Only
-outputs of those tagged cells count, and only from a check that ran to its end (results.py);
-a notebook whose own code forges results or rewrites the check machinery earns nothing
-(tamper.py).
+every output is cleared, and the restored cells are tagged in metadata by the grader. Its
+kernel runs sandboxed on the answer-free harness, and each check is decided by the judge
+outside it (isolated.py, execute.py, judge.py); a notebook whose own code reaches into the
+check machinery (tamper.py) changes nothing, and its feedback says so.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from .results import read_results
 from .settings import RunSettings
 from .tamper import suspicious_cells
 
+NOTEBOOK_NOTE = "*"  # notes' key for what is said of the whole notebook, not one check
 WORKDIR_PREFIX = "course-grade-"  # then the grading process's pid: see sweep_orphans
 
 
@@ -186,15 +187,15 @@ def grade_submission(
             "not a notebook of this course: no lesson matches its metadata, name or check cells"
         )
         return Graded([Row.error(name, reason)], seconds=time.perf_counter() - t0)
-    forged = suspicious_cells(nb, solutions[lesson])
-    if forged:
-        reason = (
-            "no check counted: this notebook's own code forges check results or rewrites the "
-            f"check machinery ({'; '.join(forged[:3])}). If that is a mistake, tell your instructor"
-        )
-        rows = _every_check(name, lesson, solutions[lesson], ERROR, reason, here)
-        return Graded(rows, seconds=time.perf_counter() - t0, device_class=here)
+    seen = suspicious_cells(nb, solutions[lesson])
     prepared, notes = restore_checks(nb, solutions[lesson], lesson)
+    if seen:  # no effect on grades (the judge decides outside): said, for the instructor
+        notes[NOTEBOOK_NOTE] = (
+            "this notebook's own code reaches into the check machinery or its results ("
+            + "; ".join(seen[:3])
+            + "). That changes nothing: every check is decided by the grader's judge, outside "
+            "the notebook"
+        )
     skipped = 0
     if run.checks_only:
         prepared, skipped = skip_demos(prepared, solutions[lesson])

@@ -1,12 +1,11 @@
-"""Find learner code that forges check results or rewrites the machinery that shows them.
+"""Find learner code that reaches into the check machinery or forges its results, to say so.
 
-The grader's structural rules (results.py) stop a result that a check did not finish. They
-cannot stop code that, from inside the kernel, rewrites the harness or IPython's display so
-that a finished check shows a forged result: the learner's code runs in the same process as
-the check, as in nbgrader and otter. This reads the submission's own code cells instead and
-names what no exercise needs: the result's mimetype, assignments to (or setattr on) the
-course harness, IPython, ipykernel or builtins, and the kernel's display machinery. It sees
-plain code only; code assembled at run time (exec of an encoded string) is not seen (README).
+Nothing here decides a grade: every check is decided by the judge outside the learner's
+sandbox (judge.py), so a forged result or a rewritten harness changes only what the notebook
+shows. A submission whose own cells name the result's mimetype, assign to (or setattr on) the
+course harness, IPython, ipykernel or builtins, or reach into the kernel's display machinery
+gets a note in its feedback naming the cell and line, for the instructor's eyes. It sees plain
+code only (an exec of an encoded string is not seen), which is all a note needs.
 """
 
 from __future__ import annotations
