@@ -241,7 +241,9 @@ def test_a_worker_killed_mid_task_is_retried_and_leaves_no_grading_process(
 
 
 def test_a_notebook_that_kills_its_worker_every_time_gets_an_error_row(dask_cluster, tmp_path):
-    """Past the scheduler's allowed-failures (1 here) the submission gets its reason."""
+    """Past the scheduler's allowed-failures (1 here) the submission gets its reason. A
+    sandboxed kernel cannot see its worker (its own PID namespace): the notebook reaches it
+    only unisolated (--isolation none), the way a worker's own crash would look."""
     from course_utils.authoring import code, read, write
 
     lc, _ = dask_cluster
@@ -252,7 +254,13 @@ def test_a_notebook_that_kills_its_worker_every_time_gets_an_error_row(dask_clus
     )
     write(killer, tmp_path / f"killer_{TOY}")
     out = tmp_path / "out"
-    grade([tmp_path / f"killer_{TOY}"], out=out, solutions=solutions, dask=lc.scheduler_address)
+    grade(
+        [tmp_path / f"killer_{TOY}"],
+        out=out,
+        solutions=solutions,
+        dask=lc.scheduler_address,
+        isolation="none",
+    )
     with open(out / "grades.csv", newline="") as f:
         [row] = list(csv.DictReader(f))
     assert row["status"] == "error" and "worker grading it died 2 time(s)" in row["message"]
