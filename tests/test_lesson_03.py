@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 import torch
 from check_helpers import fails, failure, not_attempted, status_of
+from judge_helpers import remote_verdict
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, default_collate
 
 from course_utils.data import CIFAR_MEAN, CIFAR_STD
@@ -425,3 +427,49 @@ def test_notebook_shows_the_code_of_its_measurements_and_the_reference_runs():
         and "cu.reference_results(" in "".join(c["source"])
     ]
     assert demos and '"03_data_loading", exclude_class=cu.device_class()' in demos[0]
+
+
+# --- judged outside the learner's kernel, as `course grade` does -----------------------------
+
+TESTS = Path(__file__).resolve().parent
+REFERENCE = "course_utils.lessons.data_loading.reference:"
+
+
+@pytest.fixture
+def importable(monkeypatch):
+    """The learner's side (a child process) imports its answers from this test file."""
+    monkeypatch.setenv("PYTHONPATH", str(TESTS))
+
+
+def one_worker(dataset, batch_size, device):
+    """Everything right but one worker: no faster than the main process on a loading epoch."""
+    return fast(dataset, batch_size, device, num_workers=1)
+
+
+@pytest.mark.parametrize(
+    "check_id, reference, wrong, local",
+    [
+        ("03-profile", "reference_profile", no_sync, lesson.check_profile),
+        ("03-fast-loader", "reference_fast_loader", lambda_collate, lesson.check_fast_loader),
+        ("03-transfer", "reference_to_device", float_before_copy, lesson.check_transfer),
+    ],
+    ids=["03-profile", "03-fast-loader", "03-transfer"],
+)
+def test_judged_remotely_the_reference_passes_and_a_mistake_fails_as_in_a_notebook(
+    busy, importable, check_id, reference, wrong, local
+):
+    """The check body in this process (the judge), every call to the answer in a child (the
+    kernel) through probes: the reference passes, a red-team mistake gets its notebook verdict."""
+    assert remote_verdict(check_id, REFERENCE + reference)["status"] == "passed"
+    judged = remote_verdict(check_id, f"test_lesson_03:{wrong.__name__}")
+    assert judged["status"] == status_of(local, wrong) == "failed", judged["message"]
+
+
+def test_judged_remotely_the_loaders_epochs_are_timed_from_the_judge(monkeypatch, importable):
+    """With two free cores the judge times epochs of the loader kept in the kernel against
+    num_workers=0 run in the judge; one worker is too slow, as in a notebook."""
+    monkeypatch.setattr(checks, "parallel_speedup", lambda: 2.0)
+    monkeypatch.setattr(checks, "decode_heavy", lambda: lesson.decode_heavy(96))
+    judged = remote_verdict("03-fast-loader", "test_lesson_03:one_worker")
+    speed = next(p for p in judged["parts"] if p["name"] == "speed")
+    assert judged["status"] == "failed" and "below the" in speed["message"], judged["message"]

@@ -5,10 +5,12 @@ grid's bookkeeping. Every test runs in well under a second."""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 import torch
 from check_helpers import failure, not_attempted, status_of
+from judge_helpers import remote_verdict
 from torch import nn
 
 from course_utils.lessons import data_loading as lesson
@@ -263,11 +265,12 @@ def test_says_when_the_test_split_was_read():
     assert "read the test split 1x" in exc.summary
 
 
-# --- the specimen keeps the mistakes apart ---------------------------------------------
+# --- the specimen keeps the mistakes apart, at every seed the judge may draw ---------------
 
 
-def test_every_named_mistake_misses_the_right_values_by_far_more_than_the_tolerance():
-    train, test = normalise_check.specimen()
+@pytest.mark.parametrize("seed", normalise_check.SEEDS)
+def test_every_named_mistake_misses_the_right_values_by_far_more_than_the_tolerance(seed):
+    train, test = normalise_check.specimen(seed)
     right = normalise_check._affine(*normalise_check._stats(train))(test)
     tol = normalise_check.THRESHOLDS["norm_value_tol"].value
     for cause, f in normalise_check.mistakes(train, test).items():
@@ -275,8 +278,9 @@ def test_every_named_mistake_misses_the_right_values_by_far_more_than_the_tolera
         assert (got - right).abs().max() > 60 * tol, cause
 
 
-def test_every_named_mistake_but_per_batch_statistics_misses_mean_0_std_1_by_far():
-    train, test = normalise_check.specimen()
+@pytest.mark.parametrize("seed", normalise_check.SEEDS)
+def test_every_named_mistake_but_per_batch_statistics_misses_mean_0_std_1_by_far(seed):
+    train, test = normalise_check.specimen(seed)
     tol = normalise_check.THRESHOLDS["norm_stat_tol"].value
     for cause, f in normalise_check.mistakes(train, test).items():
         out = torch.cat([f(b) for b in train.split(normalise_check.SPEC_BATCH)])
@@ -285,10 +289,11 @@ def test_every_named_mistake_but_per_batch_statistics_misses_mean_0_std_1_by_far
         assert (off < tol) if "its own statistics" in cause else (off > 10 * tol), cause
 
 
-def test_named_mistakes_differ_from_each_other_by_more_than_the_match_tolerance():
+@pytest.mark.parametrize("seed", normalise_check.SEEDS)
+def test_named_mistakes_differ_from_each_other_by_more_than_the_match_tolerance(seed):
     """Each pair by >= 1.5 norm_match on both splits: a sample std (values within 0.02 of a
     mistake's) still matches one mistake only."""
-    train, test = normalise_check.specimen()
+    train, test = normalise_check.specimen(seed)
     tol = normalise_check.THRESHOLDS["norm_match"].value
     outs = {
         cause: [
@@ -303,8 +308,9 @@ def test_named_mistakes_differ_from_each_other_by_more_than_the_match_tolerance(
         assert gap > 1.5 * tol, (a, b)
 
 
-def test_the_specimens_channels_and_splits_differ():
-    train, test = normalise_check.specimen()
+@pytest.mark.parametrize("seed", normalise_check.SEEDS)
+def test_the_specimens_channels_and_splits_differ(seed):
+    train, test = normalise_check.specimen(seed)
     mean, std = normalise_check._stats(train)
     test_mean, _ = normalise_check._stats(test)
     assert mean.flatten().max() - mean.flatten().min() > 0.3
@@ -331,3 +337,17 @@ def test_steps_to_target_and_the_target_come_from_the_smoothed_losses():
 
 def test_a_run_that_never_reaches_the_target_has_no_step_count():
     assert normalise.Run(False, False, 0, [2.0, 1.9]).steps_to(1.0) is None
+
+
+# --- judged outside the learner's kernel, as `course grade` does -----------------------------
+
+
+def test_judged_remotely_the_reference_passes_and_a_mistake_fails_as_in_a_notebook(monkeypatch):
+    """The check body in this process (the judge, which draws a specimen seed), every call to
+    the answer in a child (the kernel) through the probe: the reference passes, fitting on the
+    test split fails, as in a notebook."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent))
+    reference = "course_utils.lessons.data_loading.reference:reference_make_normaliser"
+    assert remote_verdict("03-normalise", reference)["status"] == "passed"
+    judged = remote_verdict("03-normalise", "test_lesson_03_normalise:_test_split")
+    assert judged["status"] == status_of(lesson.check_normalise, _test_split) == "failed"

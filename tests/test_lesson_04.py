@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from check_helpers import fails, failure, not_attempted
+from judge_helpers import remote_verdict
 from torch import nn
 
 from course_utils import authoring
@@ -332,7 +333,7 @@ def test_amp_step_check_retries_a_slow_measurement_then_fails_it(monkeypatch):
         calls.append(1)
         return fake_effect(1.05)
 
-    monkeypatch.setattr(demo, "measure_amp", slow)
+    monkeypatch.setattr(checks, "_measure_speed", slow)  # the check's own timing (grading v3)
     monkeypatch.setattr(checks, "device_class", lambda device=None: "cpu-bf16")
     exc = failure(lesson.check_amp_step, lesson.reference_make_amp_step)
     assert "speed" in exc.summary and len(calls) == 3
@@ -528,3 +529,54 @@ def test_cpu_autocast_runs_matmul_in_low_precision_and_losses_in_float32():
     assert table["matmul (x @ w)"] == table["conv2d"] == "bfloat16"
     assert table["cross_entropy(matmul)"] == table["mse_loss(matmul)"] == "float32"
     assert table["matmul + float32 tensor"] == "float32"
+
+
+# --- judged outside the learner's kernel, as `course grade` does -----------------------------
+
+
+def no_scaling(model, x, y):
+    """fp16 autocast, the loss not scaled: the late snapshot's gradients underflow."""
+    return scaled_grads(model, x, y, 1.0)
+
+
+@pytest.mark.parametrize(
+    "check_id, reference, wrong, local",
+    [
+        ("04-loss-scale", "reference_rescued_grads", no_scaling, lesson.check_loss_scale),
+        ("04-fp32-island", "reference_stable_scores", only_floated, lesson.check_fp32_island),
+        ("04-amp-step", "reference_make_amp_step", scaler_per_step, lesson.check_amp_step),
+    ],
+    ids=["04-loss-scale", "04-fp32-island", "04-amp-step"],
+)
+def test_judged_remotely_the_reference_passes_and_a_mistake_fails_as_in_a_notebook(
+    monkeypatch, check_id, reference, wrong, local
+):
+    """The check body in this process (the judge: specimens drawn, float32 and float64
+    values, the AMP step's float32 baseline and its timing), every call to the answer in a
+    child (the kernel) through probes: the reference passes, a mistake gets its notebook
+    verdict."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent))
+    ref = f"course_utils.lessons.mixed_precision.reference:{reference}"
+    judged = remote_verdict(check_id, ref)
+    assert judged["status"] == "passed", judged["message"]
+    judged = remote_verdict(check_id, f"test_lesson_04:{wrong.__name__}")
+    assert judged["status"] == fails(local, wrong) == "failed", judged["message"]
+
+
+def test_the_timed_amp_steps_must_train_the_model(monkeypatch):
+    """A step that returns the loss but never updates the weights is fast and trains nothing:
+    the weights its timed steps leave are compared with float32 steps run by the check."""
+    right = checks._measure_speed(lesson.reference_make_amp_step, torch.device("cpu"), 2)
+    assert right.work_error <= checks.THRESHOLDS["work_error"].value
+
+    def forward_only(model, loss_fn, optimizer, device, dtype, max_norm):
+        def step(x, y):
+            with torch.autocast(device.type, dtype=dtype):
+                return loss_fn(model(x), y).detach()
+
+        return step
+
+    lazy = checks._measure_speed(forward_only, torch.device("cpu"), 2)
+    assert lazy.work_error == pytest.approx(1.0)
+    part = checks._work_part([lazy], checks.THRESHOLDS["work_error"].value)[0]
+    assert part.status == "failed" and "must train the model" in part.message

@@ -19,6 +19,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from check_helpers import fails, failure, not_attempted, status_of
+from judge_helpers import remote_verdict
 
 from course_utils.checks import not_applicable
 from course_utils.lessons import fast_kernels as lesson
@@ -589,3 +590,59 @@ def test_notebook_shows_the_code_of_its_measurements_and_the_reference_runs():
         and "cu.reference_results(" in "".join(c["source"])
     ]
     assert demos and '"05_fast_kernels", exclude_class=cu.device_class()' in demos[0]
+
+
+# --- judged outside the learner's kernel, as `course grade` does -----------------------------
+
+REFERENCE = "course_utils.lessons.fast_kernels.reference:"
+DEMO = "course_utils.lessons.fast_kernels.demo:"
+
+
+@pytest.fixture
+def importable(monkeypatch):
+    """The learner's side (a child process) imports its answers from this test file."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent))
+
+
+def input_only(model, x):
+    """The input converted, the model left NCHW."""
+    return model, x.to(memory_format=CL)
+
+
+@pytest.mark.parametrize(
+    "check_id, right, wrong, local",
+    [
+        (
+            "05-bucketing",
+            (REFERENCE + "reference_bucket_batches", REFERENCE + "reference_pad_collate"),
+            ((DEMO + "sorted_batches", DEMO + "pad_to_batch_max"),
+             (lesson.sorted_batches, lesson.pad_to_batch_max)),
+            lesson.check_bucketing,
+        ),
+        (
+            "05-channels-last",
+            (REFERENCE + "reference_to_channels_last", REFERENCE + "ReferenceSqueezeExcite"),
+            (("test_lesson_05:input_only", "test_lesson_05:MeanGate"), (input_only, MeanGate)),
+            lesson.check_channels_last,
+        ),
+        (
+            "05-break-even",
+            (REFERENCE + "reference_should_compile",),
+            (("test_lesson_05:tie_compiles",), (tie_compiles,)),
+            lesson.check_break_even,
+        ),
+    ],
+    ids=["05-bucketing", "05-channels-last", "05-break-even"],
+)  # fmt: skip
+def test_judged_remotely_the_reference_passes_and_a_mistake_fails_as_in_a_notebook(
+    on_cpu, fixed_timing, importable, check_id, right, wrong, local
+):
+    """The check body in this process (the judge: the images' order and the input drawn, the
+    counts, the legacy network's outputs, the NCHW baseline and its timing, the decisions
+    expected), every call to the answer in a child (the kernel) through probes: the
+    reference passes, a mistake gets its notebook verdict."""
+    judged = remote_verdict(check_id, *right)
+    assert judged["status"] == "passed", judged["message"]
+    names, answers = wrong
+    judged = remote_verdict(check_id, *names)
+    assert judged["status"] == fails(local, *answers) == "failed", judged["message"]

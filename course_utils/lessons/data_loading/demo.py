@@ -16,12 +16,12 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
-from tqdm.auto import tqdm
 
 from ...data import CIFAR_MEAN, CIFAR_STD, OfflineImages, close_loader, train_transform
 from ...device import SimulatedAccelerator
 from ...measure import knee, time_fn
 from ...mode import pick
+from ...progress import tqdm
 from .probes import no_parallel_reason, parallel_speedup
 
 STORED_SIZE = 96  # px: JPEGs stored at 96x96 and resized to 32x32, so decoding dominates

@@ -11,10 +11,10 @@ import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-from tqdm.auto import tqdm
 
 from ...data import OfflineImages
 from ...models import SmallCNN
+from ...progress import tqdm
 from .demo import BATCH
 
 SMOOTHING = 0.9  # the curves and the target read an exponential moving average of the loss

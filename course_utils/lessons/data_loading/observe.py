@@ -1,6 +1,9 @@
-"""What the fast-loader check observes of a loader at work: which items come in which order,
-which processes load them, whether the next epoch is served by processes that outlived the first, what survives
-pickling as under spawn, and whether batches bound for a GPU are pinned by the loader."""
+"""The fast-loader check's probes: what a learner's loader does at work, read beside it (in the
+learner's kernel under `course grade`) and returned as plain data: which items came in which
+order, which processes loaded them, which processes outlived the first epoch, what survives
+pickling as under spawn, and whether batches bound for a GPU are pinned by the loader. The
+check (checks.py, loader_parts.py) decides from these readings; it also times epochs of the
+loader from its own side (`loader_epoch`), against a baseline it runs itself."""
 
 from __future__ import annotations
 
@@ -8,12 +11,19 @@ import os
 
 import psutil
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Subset
 
-from ...checks import Part, correct
 from ...data import close_loader
-from .demo import BATCH, usable_cpus
+from ...probes import probe
+from .demo import BATCH, Traced, decode_heavy
 from .probes import TransferSpy, spawn_problems
+
+
+def traced_images(n_images: int) -> Traced:
+    """The check's data set: `n_images` decode-heavy images less 33, so the last batch is
+    partial, each item labelled with (index, loading process)."""
+    images = decode_heavy(n_images)
+    return Traced(Subset(images, range(len(images) - BATCH // 2 - 1)))
 
 
 def _epoch(loader) -> tuple[list[int], set[int]]:
@@ -39,16 +49,8 @@ def _collate_pins(loader, dataset) -> int:
     return spy.pinned_pageable
 
 
-def observe_loader(loader, dataset, make_loader) -> list[Part]:
-    """The parts of check 03-fast-loader that need no timing."""
-    problems = spawn_problems(loader) if isinstance(loader, DataLoader) else []
-    parts = [
-        correct(
-            "spawn-safe",
-            not problems,
-            "; ".join(problems) or "what the workers get pickles by reference",
-        )
-    ]
+def _two_epochs(loader) -> dict:
+    """Both epochs' orders and loading processes, and the processes alive after the first."""
     try:
         first, pids1 = _epoch(loader)
         alive = {p.pid for p in psutil.Process().children(recursive=True)}  # after epoch 1
@@ -56,59 +58,33 @@ def observe_loader(loader, dataset, make_loader) -> list[Part]:
     except Exception as exc:  # a collate that pins in a worker, a lambda under spawn, ...
         lines = [x for x in str(exc).strip().splitlines() if x.strip()]
         line = f"{lines[0]} ... {lines[-1].strip()}" if len(lines) > 1 else "".join(lines)
-        return [
-            *parts,
-            correct(
-                "two epochs", False, f"iterating your loader raised {type(exc).__name__}: {line}"
-            ),
-        ]
-    n, workers = len(dataset), pids1 - {os.getpid()}
-    every = sorted(first) == list(range(n)) and sorted(second) == list(range(n))
-    moved = first != second and first != sorted(first)
-    dropped = not every and len(set(first)) == len(first) == n - n % BATCH
-    parts.append(
-        correct(
-            "reshuffled",
-            every and moved,
-            f"each epoch {'gave every image once' if every else 'did NOT give every image exactly once'}"
-            + (
-                f" ({len(first)} of {n}: the partial last batch was dropped; drop_last=False)"
-                if dropped
-                else ""
-            )
-            + ", "
-            + (
-                "in a new order each epoch"
-                if moved
-                else "in the same order both epochs: a training loader reshuffles every epoch"
-            ),
-        )
-    )
-    cap = usable_cpus()
-    parts.append(
-        correct(
-            "workers",
-            1 <= len(workers) <= cap,
-            f"{len(workers)} worker process(es) loaded the batches; {cap} CPUs usable here"
-            + (": loading still runs in the main process, between steps" if not workers else "")
-            + (
-                ": more workers than CPUs only compete (and cost memory)"
-                if len(workers) > cap
-                else ""
-            ),
-        )
-    )
-    if workers:
-        kept = bool(pids2 - {os.getpid()}) and pids2 - {os.getpid()} <= alive
-        parts.append(
-            correct(
-                "workers kept",
-                kept,
-                "the same workers served both epochs"
-                if kept
-                else "new worker processes started for the second epoch (seconds each under spawn): persistent_workers=True",
-            )
-        )
+        return {"raised": f"{type(exc).__name__}: {line}"}
+    return {
+        "first": first,
+        "second": second,
+        "pids1": sorted(pids1),
+        "pids2": sorted(pids2),
+        "alive": sorted(alive),
+    }
+
+
+@probe
+def loader_seen(make_loader, n_images: int, device: str) -> dict:
+    """The learner's loader for `device` on the check's data set, two epochs, and the same
+    function asked for a CUDA loader: what the check's parts need, as data."""
+    dataset = traced_images(n_images)
+    loader = make_loader(dataset, BATCH, torch.device(device))
+    try:
+        seen = {
+            "spawn": spawn_problems(loader) if isinstance(loader, DataLoader) else [],
+            "main": os.getpid(),
+            "num_workers": getattr(loader, "num_workers", None),
+            **_two_epochs(loader),
+        }
+    finally:
+        close_loader(loader)
+    if "raised" in seen:
+        return seen
     gpu = make_loader(dataset, BATCH, torch.device("cuda"))
     pinned = bool(getattr(gpu, "pin_memory", False))
     collate_pins = _collate_pins(gpu, dataset)
@@ -117,22 +93,31 @@ def observe_loader(loader, dataset, make_loader) -> list[Part]:
             pinned = next(iter(gpu))[0].is_pinned()
         finally:
             close_loader(gpu)
-    if collate_pins:
-        parts.append(
-            correct(
-                "pinned by the loader",
-                False,
-                f"for device cuda your collate_fn called pin_memory() {collate_pins} time(s) on one "
-                "batch: a collate runs in the worker processes, per batch (and fails there on CUDA "
-                "under fork); pin_memory=True lets the loader's own thread pin",
-            )
-        )
-    parts.append(
-        correct(
-            "pinned for a GPU",
-            pinned,
-            f"for device cuda your loader has pin_memory={pinned}: the loader's own thread should pin "
-            "batches bound for a GPU (decided from the device you are given)",
-        )
-    )
-    return parts
+    return {**seen, "cuda_pinned": pinned, "cuda_collate_pins": collate_pins}
+
+
+# The loaders whose epochs the check times: kept here between its calls (its workers stay
+# up, as persistent_workers asks), by the key the check chose, until `loader_closed`.
+_TIMED: dict[str, object] = {}
+
+
+@probe
+def loader_epoch(make_loader, key: str, n_images: int, device: str) -> dict:
+    """One epoch of the learner's loader over `decode_heavy(n_images)` (made on the first
+    call for `key`, then reused): the samples and the sum of their labels, the work done."""
+    loader = _TIMED.get(key)
+    if loader is None:
+        loader = make_loader(decode_heavy(n_images), BATCH, torch.device(device))
+        _TIMED[key] = loader
+    samples = labels = 0
+    for _, y in loader:
+        samples, labels = samples + len(y), labels + int(torch.as_tensor(y).sum())
+    return {"samples": samples, "labels": labels}
+
+
+@probe
+def loader_closed(make_loader, key: str) -> None:
+    """Stop the workers of the loader timed under `key`."""
+    loader = _TIMED.pop(key, None)
+    if loader is not None:
+        close_loader(loader)

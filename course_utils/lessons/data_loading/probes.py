@@ -213,14 +213,38 @@ class DeviceFaults(TorchFunctionMode):
             raise
 
 
-def stand_in_fault(exc: BaseException, faults: DeviceFaults, stand_in: str) -> str | None:
+def raised_info(exc: BaseException) -> dict:
+    """An exception as data: its type's name, its first line, and whether it says an operation
+    is not implemented (as the meta device says of an op it lacks)."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return {
+        "type": type(exc).__name__,
+        "message": first,
+        "not_implemented": isinstance(exc, NotImplementedError),
+    }
+
+
+def faults_info(faults: DeviceFaults) -> dict:
+    """What a DeviceFaults saw, as data."""
+    return {"host_reads": list(faults.host_reads), "mixed": list(faults.mixed)}
+
+
+def _as_data(exc, faults) -> tuple[dict, dict]:
+    exc = exc if isinstance(exc, dict) else raised_info(exc)
+    faults = faults if isinstance(faults, dict) else faults_info(faults)
+    return exc, faults
+
+
+def stand_in_fault(exc, faults, stand_in: str) -> str | None:
     """Why code raised on the stand-in, when the cause was observed and a real accelerator
     refuses it as well: a read back to the host, or tensors on two devices in one operation.
-    None when nothing observed explains it (an op the stand-in lacks, say)."""
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    raised = f" ({type(exc).__name__}: {first})"
-    if faults.host_reads:
-        calls = list(dict.fromkeys(faults.host_reads))
+    None when nothing observed explains it (an op the stand-in lacks, say). `exc` and
+    `faults`: the exception and the DeviceFaults, or `raised_info` and `faults_info` of them."""
+    exc, faults = _as_data(exc, faults)
+    raised = f" ({exc['type']}: {exc['message']})"
+    host_reads, mixed = list(faults["host_reads"]), list(faults["mixed"])
+    if host_reads:
+        calls = list(dict.fromkeys(host_reads))
         why = (
             "numpy works on host memory only, so on a GPU this raises as well"
             if {".numpy()", "__array__"} & set(calls)
@@ -231,30 +255,31 @@ def stand_in_fault(exc: BaseException, faults: DeviceFaults, stand_in: str) -> s
             f"your code called {', '.join(calls)} on a tensor on the {stand_in} device (a "
             f"stand-in for a GPU){raised}: {why}; keep the work in torch, where the batch is"
         )
-    if faults.mixed:
+    if mixed:
         return (
-            f"one operation got tensors on two devices ({faults.mixed[0]}){raised}, which a GPU "
+            f"one operation got tensors on two devices ({mixed[0]}){raised}, which a GPU "
             "refuses too: make what it combines with the batch on the batch's device"
         )
     return None
 
 
-def stand_in_limit(exc: BaseException, stand_in: str, unseen: str) -> str:
-    """What to say when the stand-in could not run code and nothing observed blames the code."""
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+def stand_in_limit(exc, stand_in: str, unseen: str) -> str:
+    """What to say when the stand-in could not run code and nothing observed blames the code
+    (`exc`: the exception, or its `raised_info`)."""
+    exc = exc if isinstance(exc, dict) else raised_info(exc)
     why = (
         "an operation the stand-in does not implement: its limit, not your code's fault"
-        if isinstance(exc, NotImplementedError)
+        if exc["not_implemented"]
         else "no device fault (a read back to the host, tensors on two devices) was seen, so "
         "it is not counted against you"
     )
     return (
         f"the {stand_in} device (a stand-in for a GPU) could not run your code "
-        f"({type(exc).__name__}: {first}); {why}; {unseen}: not observed"
+        f"({exc['type']}: {exc['message']}); {why}; {unseen}: not observed"
     )
 
 
-def stand_in_part(name: str, exc: BaseException, faults: DeviceFaults, unseen: str) -> Part:
+def stand_in_part(name: str, exc, faults, unseen: str) -> Part:
     """The part for code that raised on the meta stand-in: failed, naming the observed device
     fault, or not-applicable, the stand-in's limit, when nothing observed explains it."""
     fault = stand_in_fault(exc, faults, "meta")

@@ -94,3 +94,10 @@ __all__ = [
     "time_in_rotation",
     "variable_size_images",
 ]
+
+# harness functions that compute an exercise's answer under another name: the grading kernel
+# withholds them (course_utils.grading.kernel_harness). None here beyond what the learner
+# edition already withholds (reference_*, ReferenceSqueezeExcite, exact_break_even); the
+# lesson's helpers that compute a break-even (break_even.run_lengths, MISTAKES) go through
+# exact_break_even.
+ANSWERS_ELSEWHERE = ()

@@ -5,7 +5,6 @@ above the break-even, including a whole-number break-even where the two runs tie
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable
 from fractions import Fraction
@@ -13,8 +12,10 @@ from fractions import Fraction
 import numpy as np
 
 from ...checks import check, correct, reference
+from ...probes import observe
 from . import compiling
 from .checks import HINTS
+from .probes import compile_decisions
 from .reference import reference_should_compile
 
 Rule = Callable[[compiling.CompileTiming, int, int], bool]
@@ -156,21 +157,13 @@ def run_lengths(timing, compiles: int) -> list[int]:
     return sorted(lengths - {0})
 
 
-def _decide(should_compile, timing, n: int, compiles: int):
-    """The learner's answer on a fresh copy of the timing (so one call cannot change what the
-    next one is asked), or the exception it raised (reported, not a traceback); and the
-    fields the call changed in its copy."""
-    given = copy.copy(timing)
-    try:
-        answer = should_compile(given, n, compiles)
-    except ZeroDivisionError as exc:
-        answer = exc
-    changed = [k for k, v in vars(timing).items() if getattr(given, k, None) != v]
-    return answer, changed
-
-
 def _is_bool(x) -> bool:
     return isinstance(x, bool | np.bool_)
+
+
+def _answer(decided: dict):
+    """One answer as the probe reported it: the value returned, or a ZeroDivisionError."""
+    return ZeroDivisionError() if decided.get("zero_division") else decided.get("answer")
 
 
 def _confirmed_cause(answers: list[tuple[object, int, int, object]]) -> str | None:
@@ -187,14 +180,24 @@ def _confirmed_cause(answers: list[tuple[object, int, int, object]]) -> str | No
     return matching[0] if len(matching) == 1 else None
 
 
-@check("05-break-even", points=2, hint=HINTS["break_even"])
+@check(
+    "05-break-even",
+    points=2,
+    hint=HINTS["break_even"],
+    in_kernel="whether the learner's function changed the timing it was given is read beside it",
+)
 def check_break_even(should_compile):
     cases = [(*case, run_lengths(*case[1:])) for case in _scenarios(compiling.dynamo_timing())]
-    decided = [
-        [_decide(should_compile, timing, n, compiles) for n in lengths]
+    asked = [
+        ([timing.first_call_s, timing.eager_step_s, timing.compiled_step_s], lengths, compiles)
         for _, timing, compiles, lengths in cases
     ]
-    answers = [[a for a, _ in said] for said in decided]
+    decided = observe(compile_decisions, should_compile, asked)
+    if len(decided) != len(cases) or any(
+        len(said) != len(lengths) for said, (*_, lengths) in zip(decided, cases, strict=False)
+    ):
+        raise ValueError("one answer per run length of each timing")
+    answers = [[_answer(d) for d in said] for said in decided]
     cause = _confirmed_cause(
         [
             (timing, n, compiles, got)
@@ -209,7 +212,7 @@ def check_break_even(should_compile):
             f"first call {timing.first_call_s * 1e3:.0f} ms, eager {timing.eager_step_s * 1e3:.2f} "
             f"ms, compiled {timing.compiled_step_s * 1e3:.2f} ms, {compiles} compile(s)"
         )
-        changed = sorted({k for _, ks in calls for k in ks})
+        changed = sorted({str(k) for call in calls for k in call.get("changed", [])})
         if changed:
             why = (
                 f"your function changed its timing argument ({', '.join(changed)}): the "

@@ -1,12 +1,16 @@
 """Lesson 05's checks: a bucketing loader that keeps the number of batch shapes and the
-padding both small, and a channels_last conversion whose layout survives the network."""
+padding both small, and a channels_last conversion whose layout survives the network.
+
+The learner's code runs in probes (probes.py) that return what it made; the counts, the
+pixels, the outputs to match and the timings of the baselines are computed here."""
 
 from __future__ import annotations
 
 import itertools
+import uuid
+from collections import Counter
 
 import torch
-from torch import nn
 
 from ...checks import (
     Threshold,
@@ -18,10 +22,17 @@ from ...checks import (
     retry_measure,
 )
 from ...device import channels_last_pays, device_class, get_device
-from ...guards import _as_learner
 from ...measure import compare, steady_cpu
+from ...probes import LearnerRaised, observe, observe_timed, specimen_rng
 from . import demo, layout
-from .reference import ReferenceSqueezeExcite
+from .probes import (
+    bucket_reading,
+    channels_last_reading,
+    cl_bench_done,
+    cl_bench_step,
+    first_epoch_reading,
+    specimen,
+)
 
 THRESHOLDS = {
     "max_shapes": Threshold(
@@ -77,7 +88,6 @@ HINTS = {
     "returns a tensor in another memory order, and compute the same gate with operations that "
     "read any layout. Both the model and its input must be converted.",
 }
-_run = _as_learner(lambda fn, *args: fn(*args))  # the learner's classes run as learner code
 
 
 # --- exercise 1: bucketing ------------------------------------------------------------------
@@ -101,17 +111,24 @@ def _padding_cause(s: demo.LoaderStats) -> str:
     )
 
 
-def _learner_batches(bucket_batches, sizes) -> list[list[int]]:
-    batches = bucket_batches(sizes, demo.BATCH)
-    return [[int(i) for i in b] for b in batches]
+# the images' order: as made in a notebook, shuffled by one of these seeds in the judge (the
+# same images, so every count of shapes and padding a bucketing gives, and the evidence, holds)
+ORDERS = (0, 1, 2)
 
 
-@check("05-bucketing", points=3, hint=HINTS["bucketing"])
+@check(
+    "05-bucketing",
+    points=3,
+    hint=HINTS["bucketing"],
+    in_kernel="the first epoch with cudnn.benchmark (CUDA only) runs the learner's collate "
+    "beside its code; the check times the call from outside and reads the shapes it fed",
+)
 def check_bucketing(bucket_batches, pad_collate):
-    images = demo.variable_size_images()
-    sizes = demo.image_sizes()
-    batches = _learner_batches(bucket_batches, sizes)
-    stats = demo.loader_stats(batches, pad_collate, images)
+    order = specimen_rng().choice(ORDERS)
+    _, images = specimen(order)
+    seen = observe(bucket_reading, bucket_batches, pad_collate, order)
+    batches = [[int(i) for i in b] for b in seen["batches"]]
+    stats = demo.stats_from(batches, seen["outputs"], images)
     intact = not stats.problems
     parts = [
         correct(
@@ -148,17 +165,17 @@ def check_bucketing(bucket_batches, pad_collate):
     if padding.status == "failed":
         padding.message += f": {_padding_cause(stats)}"
     parts += [shapes, padding]
-    parts.append(
-        _autotune_part(batches, pad_collate, images, ok=all(p.status == "passed" for p in parts))
-    )
+    ok = all(p.status == "passed" for p in parts)
+    parts.append(_autotune_part(batches, pad_collate, order, stats, ok=ok))
     return parts
 
 
 _widths = itertools.count(24)  # each timed epoch gets a network width no earlier run used
 
 
-def _autotune_part(batches, pad_collate, images, ok: bool):
-    """CUDA only: the first epoch with cudnn.benchmark, no bucketing vs the learner's."""
+def _autotune_part(batches, pad_collate, order: int, stats: demo.LoaderStats, ok: bool):
+    """CUDA only: the first epoch with cudnn.benchmark, no bucketing (run here) vs the
+    learner's (its collate, in a probe, the call timed from here)."""
     name, limit = "first epoch with cudnn.benchmark", THRESHOLDS["autotune_speedup"].value
     if get_device().type != "cuda":
         return not_applicable(
@@ -167,14 +184,24 @@ def _autotune_part(batches, pad_collate, images, ok: bool):
         )
     if not ok:
         return not_applicable(name, "not timed: the loader above does not pass yet")
-    base_batches = demo.sorted_batches([tuple(im.shape[1:]) for im in images], demo.BATCH)
+    sizes, images = specimen(order)
+    base_batches = demo.sorted_batches(sizes, demo.BATCH)
+    fed: list[Counter] = []
 
     def ratio() -> float:
         slow = demo.first_epoch_s(base_batches, demo.pad_to_batch_max, images, width=next(_widths))
-        fast = demo.first_epoch_s(batches, pad_collate, images, width=next(_widths))
+        seen, fast = observe_timed(first_epoch_reading, pad_collate, batches, order, next(_widths))
+        fed.append(Counter(tuple(int(d) for d in s) for s in seen["shapes"]))
         return slow / fast
 
     value = retry_measure(ratio, ok=lambda r: r >= limit)
+    if any(shapes != stats.shape_counts for shapes in fed):
+        said = (
+            "the timed epoch did not feed the network the batches your loader makes "
+            f"({sum(fed[-1].values())} batches in {len(fed[-1])} shapes, not {stats.batches} "
+            f"in {stats.distinct_shapes})"
+        )
+        return correct(name, False, said)
     return at_least(
         name, value, limit, "first-epoch time, no bucketing / yours (fresh autotuning cache)"
     )
@@ -183,26 +210,33 @@ def _autotune_part(batches, pad_collate, images, ok: bool):
 # --- exercise 2: channels_last ----------------------------------------------------------------
 
 
-def _plain(fn, *args):
-    return fn(*args)
+# the input batch's seed: the first in a notebook, drawn per run by the judge (output_error's
+# and cl_speedup's evidence do not depend on the random values of the images)
+INPUT_SEEDS = (0, 1, 2)
 
 
-@check("05-channels-last", points=2, hint=HINTS["channels_last"])
+@check(
+    "05-channels-last",
+    points=2,
+    hint=HINTS["channels_last"],
+    in_kernel="the layers whose output lost the channels_last layout are found by forward "
+    "hooks on the learner's converted network (layout_trace)",
+)
 def check_channels_last(to_channels_last, squeeze_excite):
-    # the lesson's own class runs as the reference; the learner's (or a subclass) as learner code
-    run = _plain if squeeze_excite is ReferenceSqueezeExcite else _run
-    legacy, mine = layout.make_pair(squeeze_excite)
-    x = layout.images()
+    seed = specimen_rng().choice(INPUT_SEEDS)
+    x = layout.images(seed=seed)
     with torch.no_grad():
-        want = legacy(x)
-    model, xl = to_channels_last(mine, x.clone())
-    if not isinstance(model, nn.Module) or not isinstance(xl, torch.Tensor):
-        got = f"({type(model).__name__}, {type(xl).__name__})"
+        want = layout.legacy_net()(x)  # the legacy network's weights, in NCHW, here
+        want_gate = layout.legacy_gate()(layout.gate_input())
+    seen = observe(channels_last_reading, to_channels_last, squeeze_excite, seed)
+    if seen["returned"] != ["Module", "Tensor"]:
+        got = f"({', '.join(str(t) for t in seen['returned'])})"
         return [correct("returns", False, f"expected (model, x), got {got}")]
-    weights = layout.nchw_weights(model)
-    same_shape = xl.shape == x.shape
+    weights = [str(w) for w in seen["nchw"]]
+    shape, is_cl = tuple(int(d) for d in seen["shape"]), bool(seen["channels_last"])
+    same_shape = shape == tuple(x.shape)
     why = (
-        f"the input you return has shape {tuple(xl.shape)}, not {tuple(x.shape)}: channels_last "
+        f"the input you return has shape {shape}, not {tuple(x.shape)}: channels_last "
         "changes the strides, not the shape (x.permute(0, 2, 3, 1) makes an NHWC-shaped tensor "
         "that a conv cannot read)"
         if not same_shape
@@ -220,13 +254,13 @@ def check_channels_last(to_channels_last, squeeze_excite):
         ),
         correct(
             "input",
-            same_shape and layout.is_cl(xl),
-            "the input is channels_last, same shape" if same_shape and layout.is_cl(xl) else why,
+            same_shape and is_cl,
+            "the input is channels_last, same shape" if same_shape and is_cl else why,
         ),
     ]
     if not same_shape:
         return parts
-    losses = run(layout.layout_trace, model, xl)
+    losses = [str(loss) for loss in seen["losses"]]
     parts.append(
         correct(
             "layout through the network",
@@ -237,11 +271,10 @@ def check_channels_last(to_channels_last, squeeze_excite):
             "to NCHW; compute the gate without it",
         )
     )
-    with torch.no_grad():
-        err = max(
-            (run(model, xl).float() - want).abs().max().item(),
-            layout.gate_error(squeeze_excite, run),
-        )
+    err = max(
+        (torch.as_tensor(seen["out"]).float().cpu() - want).abs().max().item(),
+        (torch.as_tensor(seen["gate"]).float().cpu() - want_gate).abs().max().item(),
+    )
     parts.append(
         at_most(
             "same output",
@@ -252,11 +285,13 @@ def check_channels_last(to_channels_last, squeeze_excite):
     )
     if any(p.status == "failed" for p in parts):
         return parts + [not_applicable("speed", "not measured: fix the parts above first")]
-    return parts + [_cl_speed(legacy, model, x, xl, run)]
+    return parts + [_cl_speed(to_channels_last, squeeze_excite, seed)]
 
 
-def _cl_speed(legacy: nn.Module, model: nn.Module, x: torch.Tensor, xl: torch.Tensor, run):
-    """NCHW legacy model vs the learner's channels_last one, one CPU training step each."""
+def _cl_speed(to_channels_last, squeeze_excite, seed: int):
+    """The legacy network in NCHW (here) vs the learner's channels_last one (a step per probe,
+    in its kernel), one CPU training step each, both timed here; each of the learner's steps
+    must compute the legacy network's loss (the same weights: no optimizer step between)."""
     cls, limit, name = device_class(), THRESHOLDS["cl_speedup"].value, "speed (fp32 training step)"
     if get_device().type != "cpu":
         return not_applicable(
@@ -264,14 +299,34 @@ def _cl_speed(legacy: nn.Module, model: nn.Module, x: torch.Tensor, xl: torch.Te
             f"on {cls} channels_last pays with AMP and a larger model than this check can afford; "
             "the notebook's demo measures it there",
         )
-    legacy.train()
-    model.train()
-    step = layout.train_step(model, xl)
-    slow, fast = layout.train_step(legacy, x), lambda: run(step)
+    x, legacy = layout.images(seed=seed), layout.legacy_net().train()
+    with torch.no_grad():
+        want = legacy(x)
+    slow, losses = layout.train_step(legacy, x), []
+    keys: list[str] = []
+
+    def measure() -> float:
+        keys.append(uuid.uuid4().hex)  # a fresh copy of the learner's network per attempt
+
+        def fast() -> None:
+            losses.append(observe(cl_bench_step, to_channels_last, squeeze_excite, keys[-1], seed))
+
+        try:
+            return compare(slow, fast, repeats=6, warmup=2).speedup
+        finally:
+            _bench_done(to_channels_last, squeeze_excite, keys[-1])
+
     with steady_cpu(1):
-        value = retry_measure(
-            lambda: compare(slow, fast, repeats=6, warmup=2).speedup, ok=lambda r: r >= limit
+        value = retry_measure(measure, ok=lambda r: r >= limit)
+    tol = THRESHOLDS["output_error"].value * want.numel()  # the loss sums every output
+    wrong = [float(v) for v in losses if not abs(float(v) - want.sum().item()) <= tol]
+    if wrong:
+        said = (
+            f"a timed step of your network computed the loss {wrong[0]:.6g}; the legacy "
+            f"network's is {want.sum().item():.6g} (the same weights and batch): the timed "
+            "steps must run the network you converted"
         )
+        return correct(name, False, said)
     return at_least(
         name,
         value,
@@ -281,3 +336,10 @@ def _cl_speed(legacy: nn.Module, model: nn.Module, x: torch.Tensor, xl: torch.Te
         reason=f"channels_last is not known to pay on {cls} (cu.device.CHANNELS_LAST, the table "
         "the capstone follows too): the effect is reported, not graded",
     )
+
+
+def _bench_done(to_channels_last, squeeze_excite, key: str) -> None:
+    try:
+        observe(cl_bench_done, to_channels_last, squeeze_excite, key)
+    except LearnerRaised:
+        pass  # the verdict stands on what was measured

@@ -108,17 +108,19 @@ class LoaderStats:
         }
 
 
-def _slot_problem(i: int, image: torch.Tensor, padded: torch.Tensor) -> str:
-    """Why sample `i` did not arrive intact at the top-left of its slot, or ''."""
+def _slot_problem(i: int, image: torch.Tensor, slot: tuple[int, ...], crop) -> str:
+    """Why sample `i` did not arrive intact at the top-left of its slot (of shape `slot`;
+    `crop`: the slot's top-left corner of the image's size), or ''."""
     c, h, w = image.shape
-    if padded.dim() != 3 or padded.shape[0] != c:
-        return f"sample {i} arrived with shape {tuple(padded.shape)}, not (3, H, W)"
-    if padded.shape[1] < h or padded.shape[2] < w:
+    if len(slot) != 3 or slot[0] != c:
+        return f"sample {i} arrived with shape {tuple(slot)}, not (3, H, W)"
+    if slot[1] < h or slot[2] < w:
         return (
-            f"sample {i} ({h}x{w}) was truncated to {padded.shape[1]}x{padded.shape[2]}: "
+            f"sample {i} ({h}x{w}) was truncated to {slot[1]}x{slot[2]}: "
             "pad up to the bucket size, never crop down"
         )
-    if not torch.equal(padded[:, :h, :w].to(image.dtype), image):
+    crop = torch.as_tensor(crop)
+    if crop.shape != image.shape or not torch.equal(crop.to(image.dtype), image):
         return (
             f"sample {i}'s pixels changed: keep each image as it is at the top-left and pad "
             "the bottom and right (F.pad(x, (0, W - w, 0, H - h))), no resizing"
@@ -126,31 +128,65 @@ def _slot_problem(i: int, image: torch.Tensor, padded: torch.Tensor) -> str:
     return ""
 
 
-def loader_stats(
+def batch_outputs(
     batches: Iterable[list[int]],
     collate: Callable[[list[torch.Tensor]], torch.Tensor],
     images: Sequence[torch.Tensor],
     *,
-    verify: bool = True,
-) -> LoaderStats:
-    """Run a DataLoader with this batch sampler and collate, and measure what comes out."""
+    crops: bool = True,
+) -> list[dict]:
+    """Run a DataLoader with this batch sampler and collate; per batch, what came out: its
+    type and shape, and (`crops`) each sample's slot cut to the sample's own size (all that
+    `stats_from` needs to verify it, and as many bytes as the images themselves)."""
     batches = [list(b) for b in batches]
     loader = DataLoader(images, batch_sampler=batches, collate_fn=collate)
+    out = []
+    for idx, batch in zip(batches, loader, strict=True):
+        if not isinstance(batch, torch.Tensor):
+            out.append({"type": type(batch).__name__, "shape": None})
+            continue
+        seen = {"type": "Tensor", "shape": list(batch.shape)}
+        if crops and batch.dim() == 4 and len(batch) == len(idx):
+            seen["crops"] = [
+                s[:, : images[i].shape[1], : images[i].shape[2]].clone()
+                for i, s in zip(idx, batch, strict=True)
+            ]
+        out.append(seen)
+    return out
+
+
+def stats_from(
+    batches: Iterable[list[int]],
+    outputs: list[dict],
+    images: Sequence[torch.Tensor],
+    *,
+    verify: bool = True,
+) -> LoaderStats:
+    """What the batches fed the model, from `batch_outputs`' record of them: distinct shapes,
+    pixels padded, and samples lost, repeated or changed."""
+    batches = [[int(i) for i in b] for b in batches]
+    if len(outputs) != len(batches):
+        raise ValueError(f"{len(outputs)} batches came out of {len(batches)}")
     shapes: Counter = Counter()
     real = padded = 0
     problems: list[str] = []
-    for idx, out in zip(batches, loader, strict=True):
-        if not isinstance(out, torch.Tensor) or out.dim() != 4 or len(out) != len(idx):
-            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+    for idx, out in zip(batches, outputs, strict=True):
+        shape = tuple(int(d) for d in out["shape"]) if out.get("shape") is not None else None
+        if shape is None or len(shape) != 4 or shape[0] != len(idx):
+            got = shape if shape is not None else out.get("type")
             problems.append(f"a batch of {len(idx)} samples came out as {got}, not (B, 3, H, W)")
             continue
-        shapes[tuple(out.shape)] += 1
-        padded += out[:, 0].numel()
+        shapes[shape] += 1
+        padded += shape[0] * shape[2] * shape[3]
         real += sum(images[i].shape[1] * images[i].shape[2] for i in idx)
         if verify and len(problems) < 3:
+            crops = out.get("crops") or [None] * len(idx)
             problems += [
                 p
-                for p in (_slot_problem(i, images[i], s) for i, s in zip(idx, out, strict=True))
+                for p in (
+                    _slot_problem(i, images[i], shape[1:], crop)
+                    for i, crop in zip(idx, crops, strict=True)
+                )
                 if p
             ][:1]
     seen = Counter(i for b in batches for i in b)
@@ -171,6 +207,19 @@ def loader_stats(
         problems,
         shapes,
     )
+
+
+def loader_stats(
+    batches: Iterable[list[int]],
+    collate: Callable[[list[torch.Tensor]], torch.Tensor],
+    images: Sequence[torch.Tensor],
+    *,
+    verify: bool = True,
+) -> LoaderStats:
+    """Run a DataLoader with this batch sampler and collate, and measure what comes out."""
+    batches = [list(b) for b in batches]
+    outputs = batch_outputs(batches, collate, images, crops=verify)
+    return stats_from(batches, outputs, images, verify=verify)
 
 
 def strategy_table(

@@ -72,10 +72,15 @@ class SENet(nn.Module):
         return self.head(self.block2(self.down(self.block1(self.stem(x)))))
 
 
+def legacy_net(width: int = 16, seed: int = 0) -> nn.Module:
+    """The legacy SENet, its weights drawn from `seed`, in eval mode."""
+    torch.manual_seed(seed)
+    return SENet(width, LegacySqueezeExcite).eval()
+
+
 def make_pair(se: type[nn.Module], width: int = 16, seed: int = 0) -> tuple[nn.Module, nn.Module]:
     """(legacy SENet, SENet with gate `se`) with identical weights, both in eval mode."""
-    torch.manual_seed(seed)
-    legacy = SENet(width, LegacySqueezeExcite).eval()
+    legacy = legacy_net(width, seed)
     other = SENet(width, se)
     other.load_state_dict(legacy.state_dict())
     return legacy, other.eval()
@@ -134,17 +139,30 @@ def layout_trace(model: nn.Module, x: torch.Tensor) -> list[LayoutLoss]:
     return losses
 
 
-def gate_error(squeeze_excite: type[nn.Module], run=lambda fn, *a: fn(*a)) -> float:
-    """max |output - legacy output| of one SE gate alone (same weights), on a channels_last
-    input with large channel means, where a different pooling shows; the whole network damps
-    such a difference ~1e4-fold. `run(fn, *args)` calls the gate (the check marks it)."""
-    torch.manual_seed(1)
-    legacy = LegacySqueezeExcite(32)
-    mine = squeeze_excite(32)
-    mine.load_state_dict(legacy.state_dict())
-    x = (torch.randn(4, 32, 8, 8) + torch.randn(4, 32, 1, 1) * 3).to(memory_format=CL)
+GATE_CHANNELS = 32
+
+
+def gate_input(seed: int = 1) -> torch.Tensor:
+    """A channels_last input for one SE gate, with large channel means, where a different
+    pooling shows; the whole network damps such a difference ~1e4-fold."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(4, GATE_CHANNELS, 8, 8, generator=g)
+    return (x + torch.randn(4, GATE_CHANNELS, 1, 1, generator=g) * 3).to(memory_format=CL)
+
+
+def legacy_gate(seed: int = 1) -> nn.Module:
+    """The legacy gate, its weights drawn from `seed`."""
+    torch.manual_seed(seed)
+    return LegacySqueezeExcite(GATE_CHANNELS)
+
+
+def gate_output(squeeze_excite: type[nn.Module], run=lambda fn, *a: fn(*a), seed: int = 1):
+    """One gate of class `squeeze_excite` alone, with the legacy gate's weights, on
+    `gate_input(seed)`. `run(fn, *args)` calls the gate (the check marks it)."""
+    mine = squeeze_excite(GATE_CHANNELS)
+    mine.load_state_dict(legacy_gate(seed).state_dict())
     with torch.no_grad():
-        return (run(mine, x).float() - legacy(x)).abs().max().item()
+        return run(mine, gate_input(seed))
 
 
 def train_step(model: nn.Module, x: torch.Tensor):

@@ -67,3 +67,8 @@ __all__ = [
     "tf32_settings",
     "zero_fraction",
 ]
+
+# harness functions that compute an exercise's answer under another name: the grading kernel
+# withholds them (course_utils.grading.kernel_harness). demo.true_scores: softmax(q @ k.T) in
+# float64, which autocast leaves alone, so it passes 04-fp32-island as it is.
+ANSWERS_ELSEWHERE = ("course_utils.lessons.mixed_precision.demo:true_scores",)

@@ -8,8 +8,6 @@ inputs, "not softmax(q @ k.T)" only when it is wrong even in float32.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
@@ -31,27 +29,12 @@ def _short(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-class OpPrecisions(TorchDispatchMode):
-    """Record each computing operation below autocast (so after its casts): the aten name,
-    the dtypes of its floating inputs and of its floating output."""
+class OpLog:
+    """Computing operations as (aten name, dtypes of the floating inputs, output dtype), in
+    order, and what they say about precision."""
 
-    def __init__(self):
-        super().__init__()
-        self.ops: list[tuple[str, tuple[torch.dtype, ...], torch.dtype]] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        name = func.overloadpacket.__name__
-        if name not in _NOT_COMPUTE:
-            ins = tuple(
-                t.dtype
-                for t in tree_leaves((args, kwargs or {}))
-                if isinstance(t, torch.Tensor) and t.is_floating_point()
-            )
-            for t in tree_leaves(out):
-                if isinstance(t, torch.Tensor) and t.is_floating_point():
-                    self.ops.append((name, ins, t.dtype))
-        return out
+    def __init__(self, ops=()):
+        self.ops: list[tuple[str, tuple[torch.dtype, ...], torch.dtype]] = list(ops)
 
     def in_sixteen_bits(self) -> list[str]:
         """What computed in 16 bits, in words, each once, in order: 'the matmul q @ k.T
@@ -74,33 +57,81 @@ class OpPrecisions(TorchDispatchMode):
     def matmul_dtypes(self) -> list[torch.dtype]:
         return [out for name, _, out in self.ops if name in _MATMUL]
 
+    def to_data(self) -> list:
+        return [[name, [_short(d) for d in ins], _short(out)] for name, ins, out in self.ops]
+
+    @classmethod
+    def from_data(cls, data) -> OpLog:
+        """The log `to_data` wrote (a probe's reading); a name that is no dtype is refused."""
+        return cls(
+            (str(name), tuple(_dtype(d) for d in ins), _dtype(out)) for name, ins, out in data
+        )
+
+
+def _dtype(name) -> torch.dtype:
+    dtype = getattr(torch, str(name), None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"not a dtype: {name!r}")
+    return dtype
+
+
+class OpPrecisions(OpLog, TorchDispatchMode):
+    """Record each computing operation below autocast (so after its casts): the aten name,
+    the dtypes of its floating inputs and of its floating output."""
+
+    def __init__(self):
+        TorchDispatchMode.__init__(self)
+        OpLog.__init__(self)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        if name not in _NOT_COMPUTE:
+            ins = tuple(
+                t.dtype
+                for t in tree_leaves((args, kwargs or {}))
+                if isinstance(t, torch.Tensor) and t.is_floating_point()
+            )
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor) and t.is_floating_point():
+                    self.ops.append((name, ins, t.dtype))
+        return out
+
 
 def observe(
-    stable_scores, q, k, autocast: bool, probe: bool = True
-) -> tuple[float, str, OpPrecisions]:
-    """(largest probability error vs float64, output dtype, the ops' precisions) of one call,
-    under CPU fp16 autocast or without any. In a probe (not the graded call) an exception
-    counts as an infinite error: that probe setting does not work, which is evidence."""
-    seen = OpPrecisions()
-    region = torch.autocast("cpu", dtype=torch.float16) if autocast else contextlib.nullcontext()
+    stable_scores, case: str, seed: int, autocast: bool, cast: bool = False, probe: bool = True
+) -> tuple[float, str, OpLog]:
+    """(largest probability error vs float64, output dtype, the ops' precisions) of one call
+    on score_inputs(case, seed) (`cast`: as float32), under CPU fp16 autocast or without any.
+    The call runs in a probe (probes.island_reading); the error is computed here. In a
+    diagnosis (`probe`: not the graded call) an exception counts as an infinite error: that
+    setting does not work, which is evidence."""
+    from ...probes import LearnerRaised
+    from ...probes import observe as run
+    from .probes import island_reading
+
+    q, k = demo.score_inputs(case, seed=seed)
     try:
-        with region, seen:
-            out = torch.as_tensor(stable_scores(q, k))
+        seen = run(island_reading, stable_scores, case, seed, autocast, cast, probe)
+        log = OpLog.from_data(seen["ops"])
+        if seen.get("raised"):
+            return float("inf"), "error", log
+        out = torch.as_tensor(seen["out"])
         error = (out.double() - demo.true_scores(q, k)).abs().max().item()
-    except Exception:
+    except (LearnerRaised, RuntimeError, TypeError, ValueError):
         if not probe:
             raise
-        return float("inf"), "error", seen
-    return (error if error == error else float("inf")), _short(out.dtype), seen
+        return float("inf"), "error", OpLog()
+    return (error if error == error else float("inf")), _short(out.dtype), log
 
 
-def diagnose(stable_scores, q, k, seen: OpPrecisions, tol: float) -> str:
+def diagnose(stable_scores, case: str, seed: int, seen: OpLog, tol: float) -> str:
     """Why the graded call (fp16 autocast, float16 inputs) was off, from what it computed in
     and from three probes: no autocast around the same inputs, float32 inputs under the same
     autocast, float32 inputs without autocast (the function itself)."""
-    off_error, _, _ = observe(stable_scores, q, k, autocast=False)
-    cast_error, _, _ = observe(stable_scores, q.float(), k.float(), autocast=True)
-    plain_error, _, plain = observe(stable_scores, q.float(), k.float(), autocast=False)
+    off_error, _, _ = observe(stable_scores, case, seed, autocast=False)
+    cast_error, _, _ = observe(stable_scores, case, seed, autocast=True, cast=True)
+    plain_error, _, plain = observe(stable_scores, case, seed, autocast=False, cast=True)
     low = seen.in_sixteen_bits()
     said = f"in 16 bits it computed {', '.join(low)}" if low else "nothing ran in 16 bits"
     if plain_error > tol:

@@ -8,12 +8,14 @@ the same measurements for a step it is asked to diagnose, without naming a cause
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
-from ...amp_calls import CallLog, watch
+from ... import wire
+from ...amp_calls import CallLog, Event, watch
 from . import demo
 from .instrument import StepProbe, params, worst_update
 
@@ -52,50 +54,94 @@ class ScenarioRun:
         return str(self.dtype).replace("torch.", "")
 
 
-def run_scenario(
-    make_amp_step, name: str, snapshot: str, dtype: torch.dtype, seed: int = 2
-) -> ScenarioRun:
-    """Train `STEPS` steps of the snapshot model with the learner's step, then float32 for the
-    steps that were not skipped, on a twin started from the same weights."""
+def train_steps(make_amp_step, snapshot: str, dtype: torch.dtype, seed: int = 2) -> dict:
+    """Train `STEPS` steps of the snapshot model with the learner's step, recording around it
+    (instrument.StepProbe, amp_calls.watch): its returns, the parameters before each step and
+    after the last, and what the instruments saw, as plain data (the probe's side)."""
     model, x, y = demo.snapshot(snapshot, seed=seed)
-    twin = copy.deepcopy(model)
-    first = StepProbe(copy.deepcopy(model))  # float32's gradient at the output, first step
-    F.mse_loss(first(x), y).backward()
     probe = StepProbe(model)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
-    run = ScenarioRun(name, dtype)
-    grads = torch.cat([p.grad.flatten() for p in first.inner.parameters()])
-    run.fp32_norm, run.fp32_zeros = grads.norm().item(), (grads == 0).float().mean().item()
-    start = params(model)
-    with watch(opt, run.calls):
+    calls, returned, seen = CallLog(), [], [params(model)]
+    refused = None
+    with watch(opt, calls):
         step = make_amp_step(probe, F.mse_loss, opt, torch.device("cpu"), dtype, MAX_NORM)
         for i in range(STEPS):
-            run.calls.step = i
-            before = params(model)
-            with torch.no_grad():  # the float32 loss of these weights: what step() must return
-                want = F.mse_loss(model(x), y).item()
+            calls.step = i
             try:
-                run.returned.append((step(x, y), want))
+                returned.append(step(x, y))
             except RuntimeError as exc:  # PyTorch refused this step: the verdict says why
                 if not any(words in str(exc) for words in NO_UPDATE):
                     raise
-                run.refused = str(exc).splitlines()[0]
+                refused = str(exc).splitlines()[0]
                 break
-            run.skipped += all(
-                torch.equal(a, b) for a, b in zip(before, params(model), strict=True)
-            )
+            seen.append(params(model))
+    return {
+        "returned": returned,
+        "params": seen,
+        "refused": refused,
+        "out_dtypes": sorted({str(d).replace("torch.", "") for d in probe.out_dtypes}),
+        "backward_autocast": list(probe.backward_autocast),
+        "stale": list(probe.stale_grads),
+        "out_grad_max": list(probe.out_grad_max),
+        "events": [dataclasses.asdict(e) for e in calls.events],
+    }
+
+
+def _loaded(model: torch.nn.Module, values) -> torch.nn.Module:
+    with torch.no_grad():
+        for p, v in zip(model.parameters(), values, strict=True):
+            p.copy_(torch.as_tensor(v))
+    return model
+
+
+def scenario_from(
+    record: dict, name: str, snapshot: str, dtype: torch.dtype, seed: int = 2
+) -> ScenarioRun:
+    """The ScenarioRun of `train_steps`'s record, everything compared computed here: the
+    float32 loss of the weights before each step (what step() must return), the steps the
+    weights did not move (skipped), float32 replaying as many steps as were not skipped on a
+    twin started from the same weights, and the parameter change against it."""
+    model, x, y = demo.snapshot(snapshot, seed=seed)
+    start, twin = params(model), copy.deepcopy(model)
+    first = StepProbe(copy.deepcopy(model))  # float32's gradient at the output, first step
+    F.mse_loss(first(x), y).backward()
+    run = ScenarioRun(name, dtype)
+    grads = torch.cat([p.grad.flatten() for p in first.inner.parameters()])
+    run.fp32_norm, run.fp32_zeros = grads.norm().item(), (grads == 0).float().mean().item()
+    seen = [[torch.as_tensor(v).float() for v in step] for step in record["params"]]
+    returned = list(record["returned"])
+    if len(seen) != len(returned) + 1:
+        raise ValueError("a record of the steps with one parameter set per step and one more")
+    with torch.no_grad():  # the float32 loss of each step's weights: what step() must return
+        for got, before in zip(returned, seen, strict=False):
+            run.returned.append((got, F.mse_loss(_loaded(model, before)(x), y).item()))
+    run.skipped = sum(
+        all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+        for before, after in zip(seen, seen[1:], strict=False)
+    )
+    run.refused = None if record["refused"] is None else str(record["refused"])
     ref = demo.fp32_step(twin, F.mse_loss, torch.optim.SGD(twin.parameters(), lr=LR), MAX_NORM)
     for _ in range(len(run.returned) - run.skipped):
         ref(x, y)
-    moved = [p - s for p, s in zip(params(model), start, strict=True)]
+    moved = [p - s for p, s in zip(seen[-1], start, strict=True)]
     ref_moved = [p - s for p, s in zip(params(twin), start, strict=True)]
     run.update_error, run.update_ratio = worst_update(moved, ref_moved)
-    run.out_dtypes = {str(d).replace("torch.", "") for d in probe.out_dtypes}
-    run.backward_autocast = any(probe.backward_autocast)
-    run.stale = probe.stale_grads
-    if probe.out_grad_max:
-        run.grad_scale = probe.out_grad_max[0] / max(first.out_grad_max[0], 1e-30)
+    run.out_dtypes = {str(d) for d in record["out_dtypes"]}
+    run.backward_autocast = any(bool(b) for b in record["backward_autocast"])
+    run.stale = [bool(s) for s in record["stale"]]
+    if record["out_grad_max"]:
+        run.grad_scale = float(record["out_grad_max"][0]) / max(first.out_grad_max[0], 1e-30)
+    run.calls = CallLog([Event(**event) for event in record["events"]])
     return run
+
+
+def run_scenario(
+    make_amp_step, name: str, snapshot: str, dtype: torch.dtype, seed: int = 2
+) -> ScenarioRun:
+    """One scenario in this process: `train_steps`, then `scenario_from` (the symptom table's
+    way; the check runs the first as a probe, beside the learner's code)."""
+    record = train_steps(make_amp_step, snapshot, dtype, seed)
+    return scenario_from(wire.normalise(record), name, snapshot, dtype, seed)
 
 
 def _loss_ratio(run: ScenarioRun) -> float:
