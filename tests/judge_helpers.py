@@ -36,8 +36,15 @@ REGISTRY[check_id](*answers)
 """
 
 
-def remote_verdict(check_id: str, *answers: str, quick: bool = True, timeout: float = 600) -> dict:
-    """The judge's verdict (a CheckResult dict) on the answers named "module:qualname"."""
+def remote_verdict(
+    check_id: str,
+    *answers: str,
+    quick: bool = True,
+    timeout: float = 600,
+    paths: tuple[Path | str, ...] = (),
+) -> dict:
+    """The judge's verdict (a CheckResult dict) on the answers named "module:qualname",
+    importable in the child from the repository root or from `paths` (e.g. tests/redteam)."""
     from course_utils import mode
     from course_utils.grading.judge import Judge
 
@@ -59,7 +66,9 @@ def remote_verdict(check_id: str, *answers: str, quick: bool = True, timeout: fl
             "COURSE_JUDGE": str(Path(tmp) / "judge.sock"),
             "COURSE_GRADING": "1",
             "COURSE_QUICK": "1" if quick else "0",
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            "PYTHONPATH": os.pathsep.join(
+                [str(ROOT), *map(str, paths), os.environ.get("PYTHONPATH", "")]
+            ),
         }
         try:
             done = subprocess.run(

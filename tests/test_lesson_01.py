@@ -3,15 +3,18 @@ learner who half-understands makes (naming the cause), and report stubs as not-a
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
+from pathlib import Path
 
 os.environ.setdefault("COURSE_DATASET", "offline")  # tests never download
 
 import numpy as np
 import pytest
 import torch
-from check_helpers import failure, not_attempted
+from check_helpers import failure, not_attempted, status_of
+from judge_helpers import remote_verdict
 from torch.optim.lr_scheduler import OneCycleLR
 
 from course_utils.lessons import one_cycle as lesson
@@ -363,3 +366,54 @@ def test_warm_up_cosine_schedule_warms_up_then_decays_to_zero():
         scheduler.step()
     assert lrs[0] == pytest.approx(0.01 / 25) and max(lrs) == pytest.approx(0.01)
     assert int(np.argmax(lrs)) == 10 and lrs[-1] < 1e-4
+
+
+# --- judged as `course grade` judges: the learner's side in another process --------------------
+
+REFERENCE = "course_utils.lessons.one_cycle.reference"
+RED_TEAM = Path(__file__).resolve().parent / "redteam"
+
+
+@pytest.fixture
+def red_team(monkeypatch):
+    """The red team's modules, importable here and in remote_verdict's child process (which
+    imports each answer by "module:qualname")."""
+    monkeypatch.syspath_prepend(str(RED_TEAM))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(RED_TEAM), str(RED_TEAM.parent)]))
+    return importlib.import_module("test_01_one_cycle")
+
+
+@pytest.mark.parametrize(
+    "check_id, answers",
+    [
+        ("01-lr-range", ("reference_lr_range_test", "reference_suggest_lr")),
+        ("01-one-cycle", ("reference_fit_one_cycle",)),
+        ("01-adamw", ("reference_configure_optimizer",)),
+    ],
+    ids=["01-lr-range", "01-one-cycle", "01-adamw"],
+)
+def test_judged_remotely_the_reference_passes(check_id, answers):
+    """Every call to the learner's code goes through a probe, and the probes' data is enough
+    for the body to decide: with the learner's side in another process, the reference passes
+    (on specimens the judge draws afresh)."""
+    verdict = remote_verdict(check_id, *(f"{REFERENCE}:{name}" for name in answers))
+    assert verdict["status"] == "passed", verdict["message"]
+
+
+@pytest.mark.parametrize(
+    "check, check_id, answers",
+    [
+        (lesson.check_lr_range_test, "01-lr-range", ("range_linear", "steepest")),
+        (lesson.check_one_cycle, "01-one-cycle", ("cycle_per_epoch",)),
+        (lesson.check_adamw, "01-adamw", ("opt_adam_l2",)),
+    ],
+    ids=["linear-sweep", "stepped-per-epoch", "adam-l2"],
+)
+def test_judged_remotely_a_wrong_answer_fails_as_in_a_notebook(
+    red_team, fast_sweep, check, check_id, answers
+):
+    """A red-team wrong answer gets the same verdict from the judge as in a notebook (the fast
+    sweep reaches the child: the body sends the sweep to the probe)."""
+    here = status_of(check, *(getattr(red_team, name) for name in answers))
+    there = remote_verdict(check_id, *(f"test_01_one_cycle:{name}" for name in answers))
+    assert here == there["status"] == "failed", there["message"]

@@ -4,11 +4,15 @@ the untouched stub. The CUDA probe runs against a faked torch.cuda."""
 
 from __future__ import annotations
 
+import importlib
 import math
+import os
+from pathlib import Path
 
 import pytest
 import torch
 from check_helpers import fails, failure, not_attempted, status_of
+from judge_helpers import remote_verdict
 
 import course_utils as cu
 from course_utils import mode
@@ -604,3 +608,54 @@ def test_linear_scaling_saves_steps_below_the_critical_batch_and_diverges_far_ab
     same, scaled = runs["same LR"], runs["linear scaling + warm-up"]
     assert scaled[16][0] < same[16][0] / 2  # 4x the batch, 4x the LR: far fewer steps
     assert math.isinf(scaled[256][0])  # 64x the LR is past the stable step size
+
+
+# --- judged as `course grade` judges: the learner's side in another process --------------------
+
+REFERENCE = "course_utils.lessons.batch_size.reference"
+RED_TEAM = Path(__file__).resolve().parent / "redteam"
+
+
+@pytest.fixture
+def red_team(monkeypatch):
+    """The red team's modules, importable here and in remote_verdict's child process (which
+    imports each answer by "module:qualname")."""
+    monkeypatch.syspath_prepend(str(RED_TEAM))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(RED_TEAM), str(RED_TEAM.parent)]))
+    return importlib.import_module("test_02_batch_size")
+
+
+@pytest.mark.parametrize(
+    "check_id, answer",
+    [
+        ("02-throughput-sweep", "reference_sweep"),
+        ("02-largest-batch", "reference_largest_batch"),
+        ("02-noise-scale", "reference_noise_scale"),
+        ("02-lr-scaling", "reference_lr_schedule"),
+    ],
+    ids=["02-throughput-sweep", "02-largest-batch", "02-noise-scale", "02-lr-scaling"],
+)
+def test_judged_remotely_the_reference_passes(check_id, answer):
+    """Every call to the learner's code goes through a probe, and the probes' data is enough
+    for the body to decide: with the learner's side in another process, the reference passes
+    (on specimens the judge draws afresh)."""
+    verdict = remote_verdict(check_id, f"{REFERENCE}:{answer}")
+    assert verdict["status"] == "passed", verdict["message"]
+
+
+@pytest.mark.parametrize(
+    "check, check_id, answer",
+    [
+        (lesson.check_throughput_sweep, "02-throughput-sweep", "sweep_steps_per_s"),
+        (lesson.check_largest_batch, "02-largest-batch", "batch_keeps_last_step"),
+        (lesson.check_noise_scale, "02-noise-scale", "noise_big_as_true"),
+        (lesson.check_lr_schedule, "02-lr-scaling", "sched_floor_division"),
+    ],
+    ids=["steps-per-second", "keeps-previous-step", "big-batch-norm-as-true", "floor-division"],
+)
+def test_judged_remotely_a_wrong_answer_fails_as_in_a_notebook(red_team, check, check_id, answer):
+    """A red-team wrong answer gets the same verdict from the judge as in a notebook (the
+    previous step kept: the simulated device's reading crosses with the probe's result)."""
+    here = status_of(check, getattr(red_team, answer))
+    there = remote_verdict(check_id, f"test_02_batch_size:{answer}")
+    assert here == there["status"] == "failed", there["message"]

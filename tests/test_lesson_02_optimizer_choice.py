@@ -4,10 +4,14 @@ Race returned for its name is told a name is expected; the reference is refused.
 
 from __future__ import annotations
 
+import importlib
 import math
+import os
+from pathlib import Path
 
 import pytest
 from check_helpers import failure, status_of
+from judge_helpers import remote_verdict
 
 from course_utils.lessons import batch_size as lesson
 from course_utils.lessons.batch_size import selftest
@@ -137,3 +141,30 @@ def test_optimizer_choice_refuses_the_reference_given_or_called():
         assert exc.status == "failed" and "reference answer" in exc.summary
     (selftest_answer,) = selftest.answers()["02-optimizer-choice"]()
     assert status_of(lesson.check_optimizer_choice, selftest_answer) == "passed"
+
+
+# --- judged as `course grade` judges: the learner's side in another process --------------------
+
+RED_TEAM = Path(__file__).resolve().parent / "redteam"
+
+
+def test_judged_remotely_the_reference_passes():
+    """The rule decides each race in a probe; the judge knows the decisions: the reference's
+    bare code passes with its side in another process."""
+    verdict = remote_verdict(
+        "02-optimizer-choice",
+        "course_utils.lessons.batch_size.lars_choice:reference_choose_optimizer.__wrapped__",
+    )
+    assert verdict["status"] == "passed", verdict["message"]
+
+
+def test_judged_remotely_a_wrong_answer_fails_as_in_a_notebook(monkeypatch):
+    """A red-team rule that takes the fewest steps fails in the judge as in a notebook, with
+    the same message (a Race returned is told apart from a name there too)."""
+    monkeypatch.syspath_prepend(str(RED_TEAM))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(RED_TEAM), str(RED_TEAM.parent)]))
+    wrong = importlib.import_module("test_02_lars").choose_fewest_steps
+    here = failure(lesson.check_optimizer_choice, wrong)
+    there = remote_verdict("02-optimizer-choice", "test_02_lars:choose_fewest_steps")
+    assert here.status == there["status"] == "failed", there["message"]
+    assert there["message"] == here.summary

@@ -5,9 +5,14 @@ and refuses the reference answer, given or called."""
 
 from __future__ import annotations
 
+import importlib
+import os
+from pathlib import Path
+
 import pytest
 import torch
 from check_helpers import failure, status_of
+from judge_helpers import remote_verdict
 
 from course_utils.lessons import batch_size as lesson
 from course_utils.lessons.batch_size import colleagues, lars_check, lars_specimen, selftest
@@ -314,3 +319,31 @@ def test_the_symptoms_show_each_fault_of_the_colleague_and_none_of_lars():
     for name in ("head.bias", "norm.weight"):
         assert good["moves"][0][name] == pytest.approx(lr1 * good["grads"][name], rel=0.01)
     assert "|w| = 0" in lesson.lars_symptoms(lesson.ColleagueLARS)
+
+
+# --- judged as `course grade` judges: the learner's side in another process --------------------
+
+RED_TEAM = Path(__file__).resolve().parent / "redteam"
+# the reference as `course selftest` gives it (the check refuses ReferenceLARS itself), by a
+# name remote_verdict's child can import
+SELFTEST_LARS = selftest.answers()["02-trust-ratio"]()[0]
+
+
+def test_judged_remotely_the_reference_passes(monkeypatch):
+    """The learner's optimizer trains the specimen in a probe; the weights it sends are enough
+    for the judge to decide: the reference passes with its side in another process."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent))
+    verdict = remote_verdict("02-trust-ratio", "test_lesson_02_trust_ratio:SELFTEST_LARS")
+    assert verdict["status"] == "passed", verdict["message"]
+
+
+def test_judged_remotely_a_wrong_answer_fails_as_in_a_notebook(monkeypatch):
+    """A red-team LARS without the zero-norm guard fails in the judge as in a notebook, named
+    alike (the defaults probe runs in the child too)."""
+    monkeypatch.syspath_prepend(str(RED_TEAM))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(RED_TEAM), str(RED_TEAM.parent)]))
+    wrong = importlib.import_module("test_02_v4_blind").WrongNoGuard
+    here = failure(lesson.check_trust_ratio, wrong)
+    there = remote_verdict("02-trust-ratio", "test_02_v4_blind:WrongNoGuard")
+    assert here.status == there["status"] == "failed", there["message"]
+    assert there["message"] == here.summary

@@ -87,11 +87,11 @@ def answers_elsewhere(lesson_package: str, package: Path = PACKAGE) -> list[str]
     if not init.exists():
         return []
     for node in ast.parse(init.read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "ANSWERS_ELSEWHERE" for t in node.targets
-        ):
-            value = ast.literal_eval(node.value)
-            return [str(v) for v in value]
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets = [node.target]  # ANSWERS_ELSEWHERE: tuple[str, ...] = (...)
+        if any(isinstance(t, ast.Name) and t.id == "ANSWERS_ELSEWHERE" for t in targets):
+            return [str(v) for v in ast.literal_eval(node.value)]
     return []
 
 

@@ -99,3 +99,15 @@ __all__ = [
     "steps_with_schedule",
     "time_to_target",
 ]
+
+# harness functions that compute one of this lesson's answers under another name: the grading
+# kernel withholds them (course_utils.grading.kernel_harness). On a CUDA device the demo's own
+# probe returns 02-largest-batch's answer; lr_check.factor is the two rules of 02-lr-scaling
+# for any step; lars.trust_ratio is LARS's guarded ratio (02-trust-ratio's core; LAMB keeps
+# its own, lars.layer_ratio); lars_specimen.simulate replays LARS on the check's specimen.
+ANSWERS_ELSEWHERE = (
+    "course_utils.lessons.batch_size.demo:largest_batch_cuda",
+    "course_utils.lessons.batch_size.lr_check:factor",
+    "course_utils.lessons.batch_size.lars:trust_ratio",
+    "course_utils.lessons.batch_size.lars_specimen:simulate",
+)

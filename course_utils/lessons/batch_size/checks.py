@@ -1,23 +1,26 @@
 """Lesson 02's checks. Each grades behaviour against a quantity the scenario fixes: samples/s
 of steps whose cost is known, the batch that fits a device of known size, and the noise scale
-of a problem with a closed form. The LR per step is graded in lr_check.py, LARS in lars_check.py."""
+of a problem with a closed form. The LR per step is graded in lr_check.py, LARS in lars_check.py.
+
+Each body runs the learner's code through a probe (probes.py) and computes what the probe's
+data must be itself, so the same body decides in a notebook and in the judge."""
 
 from __future__ import annotations
 
-import contextlib
 import math
-import sys
-from collections.abc import Callable
-from unittest import mock
 
-import torch
-
-from ... import device as device_module
 from ...checks import Threshold, at_most, check, correct, retry_measure
-from ...errors import ReferenceUsed
-from ...measure import Throughput, steady_cpu
-from .demo import MiB, SimulatedMemory, known_cost_steps, simulated_steps
-from .regression import NoisyRegression
+from ...probes import observe, specimen_rng
+from .demo import MiB, known_cost_steps
+from .probes import (
+    FIRST_CALL_S,
+    MEMORY_CASES,
+    largest_batch_on,
+    memory_case,
+    noise_problem,
+    noise_scale_on,
+    sweep_rates,
+)
 
 THRESHOLDS = {
     "throughput_factor": Threshold(
@@ -41,7 +44,13 @@ THRESHOLDS = {
 
 
 def _rate(value) -> float:
-    return value.samples_per_s if isinstance(value, Throughput) else float(value)
+    """A samples/s as the probe sent it (a Throughput arrives as its samples/s)."""
+    return float(value)
+
+
+# the sizes are drawn per run in the judge (probes.specimen_rng), the first of each in a
+# notebook: every step sleeps 25-51 ms, the steps of throughput_factor's evidence
+SWEEP_SIZES = ((8, 16), (64, 32, 128), (512,))
 
 
 @check(
@@ -51,14 +60,15 @@ def _rate(value) -> float:
     "a step at batch b process, and which of its calls are typical? Reread notebook 00's timing "
     "rules and exercise 1's hints.",
 )
-def check_throughput_sweep(throughput_sweep: Callable) -> list:
-    sizes = [8, 64, 512]
-    make = known_cost_steps()
+def check_throughput_sweep(throughput_sweep) -> list:
+    rng = specimen_rng()
+    sizes = [rng.choice(options) for options in SWEEP_SIZES]
+    make = known_cost_steps(first_call_s=FIRST_CALL_S)  # the true rates, computed here
     factor = THRESHOLDS["throughput_factor"].value
     last: dict = {}
 
     def worst() -> float:
-        got = throughput_sweep(make, list(sizes))
+        got = observe(sweep_rates, throughput_sweep, list(sizes), FIRST_CALL_S)
         if not isinstance(got, dict) or sorted(int(k) for k in got) != sizes:
             keys = sorted(got) if isinstance(got, dict) else type(got).__name__
             raise TypeError(f"expected a dict with one entry per batch size {sizes}, got {keys}")
@@ -80,7 +90,7 @@ def check_throughput_sweep(throughput_sweep: Callable) -> list:
     return [part]
 
 
-def _why_throughput(got: dict, make, sizes: list[int], sweep: Callable, factor: float) -> str:
+def _why_throughput(got: dict, make, sizes: list[int], sweep, factor: float) -> str:
     """A suffix naming the mistake the numbers or a probe confirm (empty when none does)."""
     true = {b: make.samples_per_s(b) for b in sizes}
     r = [got[b] / true[b] for b in sizes]
@@ -94,7 +104,7 @@ def _why_throughput(got: dict, make, sizes: list[int], sweep: Callable, factor: 
     if all(abs(got[b] * first / b - 1) < 0.3 for b in sizes):
         return " (every size ran the first size's step: call make_step(b) for each b)"
     steady = known_cost_steps(first_call_s=0.0)  # the same steps without a slow first call
-    rates = sweep(steady, list(sizes))
+    rates = observe(sweep_rates, sweep, list(sizes), 0.0)
     if isinstance(rates, dict) and all(
         b in rates and 1 / factor <= _rate(rates[b]) / steady.samples_per_s(b) <= factor
         for b in sizes
@@ -109,35 +119,9 @@ def _why_throughput(got: dict, make, sizes: list[int], sweep: Callable, factor: 
 # --- exercise 2: the largest batch that fits -----------------------------------------------------
 
 
-# name: (capacity, parameters+gradients, activations per sample, momentum, error raised, bug)
-def _OOM(message: str) -> torch.cuda.OutOfMemoryError:  # noqa: N802
-    """An OutOfMemoryError worded as CUDA words it, so a probe that reads the words works."""
-    return torch.cuda.OutOfMemoryError(f"CUDA out of memory. {message}")
-
-
-MEMORY_CASES = {
-    "CUDA out of memory": (1000, 100, 10, 100, _OOM, None),
-    "cuBLAS allocation failure": (
-        600,
-        50,
-        4,
-        50,
-        lambda m: RuntimeError(
-            f"CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)` ({m})"
-        ),
-        None,
-    ),
-    "the previous try still in memory": (1100, 400, 1, 400, _OOM, None),
-    "nothing fits": (300, 200, 5, 200, _OOM, None),
-    "a bug, not memory": (100_000, 10, 1, 10, _OOM, 64),
-}
-MEMORY_CANDIDATES = {
-    "CUDA out of memory": [25, 50, 75, 82, 88, 100],
-    "cuBLAS allocation failure": [16, 32, 64, 112, 128],
-    "the previous try still in memory": [64, 128, 256, 512],
-    "nothing fits": [16, 32, 64],
-    "a bug, not memory": [16, 32, 64, 128],
-}
+# every batch of the scenarios is drawn this many times larger per run in the judge, the
+# first in a notebook (probes.memory_case: the same bytes per batch, other batch sizes)
+MEMORY_SCALES = (1, 2, 4)
 
 
 def _fits_alone(case: tuple, b: int, steps: int = 2) -> bool:
@@ -156,61 +140,36 @@ def _answer(case: tuple, candidates: list[int], steps: int = 2) -> int | None:
     hint="Reread exercise 2's four requirements and its hints: which errors mean 'does not "
     "fit' and which are bugs, what a training step allocates only once it has run, and what "
     "still holds memory while the next try is built.",
+    in_kernel="the bytes still referenced at each cache release are read by the simulated "
+    "device beside the learner's probe",
 )
-def check_largest_batch(largest_batch: Callable) -> list:
-    parts = []
-    for name, case in MEMORY_CASES.items():
-        capacity, model, act, state, error, bug = case
-        memory = SimulatedMemory(capacity * MiB, error)
-        make = simulated_steps(memory, model * MiB, act * MiB, state * MiB, bug_from=bug)
-        candidates = MEMORY_CANDIDATES[name]
-        with _releases_into(memory):
-            parts.append(
-                _grade_probe(
-                    name, case, candidates, lambda m=make, c=candidates: largest_batch(m, c), memory
-                )
-            )
+def check_largest_batch(largest_batch) -> list:
+    scale, parts = specimen_rng().choice(MEMORY_SCALES), []
+    for name in MEMORY_CASES:
+        case, candidates = memory_case(name, scale)
+        seen = observe(largest_batch_on, largest_batch, name, scale)
+        parts.append(_grade_probe(name, case, candidates, seen))
     return parts
 
 
-@contextlib.contextmanager
-def _releases_into(memory: SimulatedMemory):
-    """Route the learner's cache releases (lesson.release_cached_memory, torch.cuda.empty_cache)
-    to the simulated device, which records what was still referenced at each."""
-
-    def release(*_args, **_kwargs) -> None:
-        memory.release_cache()
-
-    package = sys.modules[__package__]
-    with (
-        mock.patch.object(package, "release_cached_memory", release),
-        mock.patch.object(device_module, "release_cached_memory", release),
-        mock.patch.object(torch.cuda, "empty_cache", release),
-    ):
-        yield
-
-
-def _grade_probe(
-    name: str, case: tuple, candidates: list[int], probe: Callable, memory: SimulatedMemory
-):
-    bug = case[5]
-    try:
-        got = probe()
-    except (NotImplementedError, ReferenceUsed):
-        raise  # not attempted, or the reference called: the check says so
-    except Exception as exc:  # what escaped the learner's probe
-        if bug is not None and "shapes cannot be multiplied" in str(exc):
+def _grade_probe(name: str, case: tuple, candidates: list[int], seen: dict):
+    """The verdict on one scenario from what probes.largest_batch_on saw."""
+    bug, escaped = case[5], seen["escaped"]
+    if escaped is not None:  # what escaped the learner's probe
+        text = str(escaped["message"])
+        if bug is not None and "shapes cannot be multiplied" in text:
             return correct(name, True, "the shape error of a real bug reached you, as it should")
         return correct(
             name,
             False,
-            f"your probe let {type(exc).__name__}('{str(exc)[:90]}...') escape: "
+            f"your probe let {escaped['type']}('{text[:90]}...') escape: "
             + (
                 "an allocation failure reported as a RuntimeError still means 'does not fit'"
-                if not isinstance(exc, torch.cuda.OutOfMemoryError)
+                if not escaped["out_of_memory_error"]
                 else "torch.cuda.OutOfMemoryError means 'does not fit'"
             ),
         )
+    got = seen["got"]
     if bug is not None:
         return correct(
             name,
@@ -221,7 +180,7 @@ def _grade_probe(
     want = _answer(case, candidates)
     ok = got == want
     why = "" if ok else _why_probe(name, case, candidates, got, want)
-    held = max(memory.held_at_release, default=0)
+    held = seen["held"]
     if ok and held:
         return correct(
             name,
@@ -264,19 +223,9 @@ def _why_probe(name: str, case: tuple, candidates: list[int], got, want) -> str:
 # --- exercise 4: gradient noise scale --------------------------------------------------------------
 
 
-def noise_problems() -> list[tuple[NoisyRegression, int, int, int]]:
-    """(problem, B_small, B_big, n). The first has B_big below B_simple, so |G_big|^2 taken as
-    |G|^2 is far off; the second has B_small near B_simple, so B_small |G_small|^2 taken as
-    tr(Sigma) is far off. The unbiased estimator is within a few percent on both."""
-    return [
-        (NoisyRegression(dim=512, noise_var=1.0, seed=1), 128, 512, 200),
-        (
-            NoisyRegression(dim=32, noise_var=1.0, scales=torch.linspace(0.5, 2.0, 32), seed=2),
-            64,
-            512,
-            300,
-        ),
-    ]
+# each problem's draws come from a seed drawn per run in the judge (probes.specimen_rng), the
+# first in a notebook: noise_scale_error's evidence spans 12 seeds (5 for the mistakes)
+NOISE_SEEDS = ((1, 3, 4), (2, 5, 6))  # per case of probes.noise_problem
 
 
 @check(
@@ -285,25 +234,24 @@ def noise_problems() -> list[tuple[NoisyRegression, int, int, int]]:
     hint="Section 4's identity for E|G_B|^2 holds at each of the two batch sizes: what does "
     "that let you solve for? Reread exercise 4's hints on when to average and when to divide.",
 )
-def check_noise_scale(noise_scale: Callable) -> list:
+def check_noise_scale(noise_scale) -> list:
     limit = THRESHOLDS["noise_scale_error"].value
-    parts = []
-    with steady_cpu():  # thousands of tiny autograd calls: one thread avoids thread thrash
-        for problem, b_small, b_big, n in noise_problems():
-            value = float(noise_scale(problem.gradient, b_small, b_big, n))
-            truth = problem.b_simple
-            err = abs(value - truth) / truth if math.isfinite(value) else math.inf
-            what = f"your B_simple {value:.4g} against the true {truth:.4g}"
-            part = at_most(
-                f"B_small={b_small}, B_big={b_big}", err, limit, f"relative error of {what}"
-            )
-            if err > limit:
-                part.message += _why_noise(value, problem, b_small, b_big)
-            parts.append(part)
+    rng, parts = specimen_rng(), []
+    for case, seeds in enumerate(NOISE_SEEDS):
+        seed = rng.choice(seeds)
+        problem, b_small, b_big, _ = noise_problem(case, seed)  # its closed form, here
+        value = float(observe(noise_scale_on, noise_scale, case, seed))
+        truth = problem.b_simple
+        err = abs(value - truth) / truth if math.isfinite(value) else math.inf
+        what = f"your B_simple {value:.4g} against the true {truth:.4g}"
+        part = at_most(f"B_small={b_small}, B_big={b_big}", err, limit, f"relative error of {what}")
+        if err > limit:
+            part.message += _why_noise(value, problem, b_small, b_big)
+        parts.append(part)
     return parts
 
 
-def _why_noise(value: float, problem: NoisyRegression, b_small: int, b_big: int) -> str:
+def _why_noise(value: float, problem, b_small: int, b_big: int) -> str:
     """Name the mistake whose expected value lies nearest the learner's, if one is close."""
     g2, tr = problem.grad_sq_norm, problem.trace_sigma
     mistakes = {

@@ -9,11 +9,11 @@ from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from ...device import get_device, is_out_of_memory, release_cached_memory, synchronize
 from ...mode import pick
 from ...models import MLP, SmallCNN
+from ...progress import tqdm
 
 MiB = 2**20
 

@@ -35,6 +35,15 @@ def trust_ratio(
     return torch.where((w > 0) & (u > 0), ratio, torch.ones_like(ratio))
 
 
+def layer_ratio(weight: torch.Tensor, update: torch.Tensor):
+    """LAMB's layer-wise ratio |w| / |u|, and 1 where either norm is zero (timm's rule). LARS's
+    ratio, with its trust coefficient and weight decay in the denominator, is exercise 5's to
+    write: `trust_ratio` is withheld from the grading kernel (ANSWERS_ELSEWHERE)."""
+    w, u = weight.norm(), update.norm()
+    ratio = w / u.clamp_min(torch.finfo(w.dtype).tiny)
+    return torch.where((w > 0) & (u > 0), ratio, torch.ones_like(ratio))
+
+
 class _Reference(torch.optim.Optimizer):
     """Refuses to step inside a learner's graded code: the answer must be the learner's. A
     check runs the class it is given as the learner's code, so the reference itself, a
@@ -112,5 +121,5 @@ class ReferenceLAMB(_Reference):
                 ratio = 1.0
                 if adapted(p):
                     u = u.add(p, alpha=wd)
-                    ratio = trust_ratio(p, u.norm())
+                    ratio = layer_ratio(p, u)
                 p.sub_(u * ratio, alpha=group["lr"])

@@ -2,33 +2,19 @@
 a few steps, the LR changed between steps as warm-up changes it, and every layer's weights are
 compared with LARS's after every step. A mistake is named only when LARS with that mistake
 reproduces all of the learner's updates; settings read from the optimizer's defaults only when
-a probe (other defaults, the same groups) changes the learner's updates."""
+a probe (other defaults, the same groups) changes the learner's updates.
+
+The learner's optimizer trains the specimen in a probe (lars_probes.lars_updates), which sends
+the weights after each step; LARS's own (lars_specimen.simulate) are computed here."""
 
 from __future__ import annotations
 
 import torch
 
-from ... import guards
 from ...checks import check, correct
+from ...probes import SessionLost, observe
 from . import lars_specimen as spec
-
-
-def _run(optimizer_class, defaults: dict = spec.DEFAULTS) -> list[list[torch.Tensor]]:
-    """The specimen's weights after each step of `optimizer_class`, each group's LR set before
-    each step as a warm-up scheduler sets it. The class runs as the learner's code, whatever
-    it is: the lesson's ReferenceLARS, or code calling it, is refused (ReferenceUsed)."""
-    params = [torch.nn.Parameter(w.clone()) for w in spec.initial_weights()]
-    optimizer = guards._as_learner(optimizer_class)(spec.param_groups(params), **defaults)
-    out = []
-    for t, grads in enumerate(spec.gradients()):
-        for group, settings in zip(optimizer.param_groups, spec.GROUPS, strict=True):
-            group["lr"] = settings["lr"] * spec.LR_SCHEDULE[t]
-        for p, g in zip(params, grads, strict=True):
-            p.grad = g.clone()
-        guards._as_learner(optimizer.step)()
-        out.append([p.detach().clone() for p in params])
-    return out
-
+from .lars_probes import lars_updates
 
 # the probe's defaults: each far from DEFAULTS and from every group's setting
 PROBE_DEFAULTS = dict(lr=0.05, momentum=0.2, weight_decay=0.05, trust_coef=0.3, eps=0.05)
@@ -40,7 +26,9 @@ def read_from_defaults(optimizer_class, got) -> frozenset[str]:
     found = set()
     for key, value in PROBE_DEFAULTS.items():
         try:
-            probed = _run(optimizer_class, {**spec.DEFAULTS, key: value})
+            probed = observe(lars_updates, optimizer_class, {**spec.DEFAULTS, key: value})
+        except SessionLost:  # the kernel is gone: the judge reports no verdict
+            raise
         except Exception:  # the learner's code refuses these values: no evidence either way
             continue
         same = all(
@@ -61,7 +49,7 @@ def read_from_defaults(optimizer_class, got) -> frozenset[str]:
     "0; and ask whether each step follows the LR the scheduler set (the check changes it).",
 )
 def check_trust_ratio(optimizer_class) -> list:
-    got = _run(optimizer_class)
+    got = observe(lars_updates, optimizer_class, dict(spec.DEFAULTS))
     want, start = spec.simulate(), spec.initial_weights()
     parts, first_bad = [], None
     for i, layer in enumerate(spec.LAYERS):

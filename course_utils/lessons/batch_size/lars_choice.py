@@ -2,20 +2,21 @@
 race (lars_demo.Race results) decides races whose right answer each plausible shortcut misses:
 a win smaller than the run's own noise, one smaller than AdamW's noise only, one equal to the
 noise, a baseline that never reached the target, a race nobody finished, a winner whose best
-accuracy is lower, and a clear win. The answer is a name (a key of the results) or None."""
+accuracy is lower, and a clear win. The answer is a name (a key of the results) or None.
+
+The learner's rule decides each race in a probe (lars_probes.choice_in, on the races of
+lars_probes.RACES); the decision each race calls for lives only in the check body's helper
+(`_decisions`), which the grading kernel's harness leaves out with the body."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
-from ... import guards
+from ... import wire
 from ...checks import check, correct, reference
+from ...probes import observe, specimen_rng
 from .lars_demo import Race
-
-ADAMW = "AdamW, linear scaling + warm-up"
-LARS = "LARS (SGD momentum + trust ratio)"
-LAMB = "LAMB (Adam + trust ratio)"
+from .lars_probes import ADAMW, LAMB, LARS, RACES, choice_in, races_of
 
 
 @reference
@@ -35,56 +36,46 @@ def reference_choose_optimizer(races: dict[str, Race]) -> str | None:
     return fastest.name if adamw.steps - fastest.steps > margin else ADAMW
 
 
-def _race(steps: dict[str, tuple[float, float, float]]) -> dict[str, Race]:
-    """{name: (steps, spread, best accuracy)} as races with a one-point curve."""
+# every step count and spread of the races is drawn this many times larger per run in the
+# judge, the first in a notebook (lars_probes.races_of: each race calls for the same decision)
+RACE_SCALES = (1, 2, 3)
+
+
+def _decisions(k: int = 1) -> dict[str, tuple[str | None, str]]:
+    """name of a race in lars_probes.RACES, its steps and spreads `k` times larger: (the
+    decision, why)."""
     return {
-        name: Race(name, 0.01, s, spread, curve=[(1 if math.isinf(s) else int(s), acc)])
-        for name, (s, spread, acc) in steps.items()
+        "a clear win for LARS": (
+            LARS,
+            "LARS took half AdamW's steps, far more than either run's spread",
+        ),
+        "a win inside the noise": (
+            ADAMW,
+            f"LAMB's {5 * k} fewer steps are less than its spread of {7 * k} steps: keep AdamW",
+        ),
+        "a win inside AdamW's spread only": (
+            ADAMW,
+            f"LARS's {6 * k} fewer steps exceed its own spread of {3 * k} but not AdamW's of "
+            f"{8 * k}: AdamW's count alone may be off by that much, so keep AdamW",
+        ),
+        "a gap equal to the spread": (
+            ADAMW,
+            f"LAMB's {5 * k} fewer steps equal AdamW's spread of {5 * k}: a gap no larger than "
+            "the spread is noise, so keep AdamW",
+        ),
+        "AdamW never reached the target": (
+            LAMB,
+            "only the layer-wise optimizers reached the target, LAMB first",
+        ),
+        "nobody reached the target": (
+            None,
+            "no run reached the target: the race says nothing (return None)",
+        ),
+        "the fastest is not the most accurate": (
+            LAMB,
+            f"the race is to the target: LAMB got there {30 * k} steps sooner, beyond both spreads",
+        ),
     }
-
-
-INF = math.inf
-# name: (races, the decision, why). The gaps sit off every round boundary (no gap is exactly
-# 10% of AdamW's steps) and one equals the larger spread, which is noise: the rule is `>`.
-SCENARIOS = {
-    "a clear win for LARS": (
-        _race({ADAMW: (60, 4, 0.62), LARS: (30, 3, 0.61), LAMB: (55, 5, 0.61)}),
-        LARS,
-        "LARS took half AdamW's steps, far more than either run's spread",
-    ),
-    "a win inside the noise": (
-        _race({ADAMW: (40, 6, 0.61), LARS: (44, 5, 0.60), LAMB: (35, 7, 0.62)}),
-        ADAMW,
-        "LAMB's 5 fewer steps are less than its spread of 7 steps: keep AdamW",
-    ),
-    "a win inside AdamW's spread only": (
-        _race({ADAMW: (50, 8, 0.62), LARS: (44, 3, 0.61), LAMB: (62, 5, 0.60)}),
-        ADAMW,
-        "LARS's 6 fewer steps exceed its own spread of 3 but not AdamW's of 8: AdamW's count "
-        "alone may be off by that much, so keep AdamW",
-    ),
-    "a gap equal to the spread": (
-        _race({ADAMW: (50, 5, 0.61), LARS: (58, 6, 0.60), LAMB: (45, 4, 0.62)}),
-        ADAMW,
-        "LAMB's 5 fewer steps equal AdamW's spread of 5: a gap no larger than the spread is "
-        "noise, so keep AdamW",
-    ),
-    "AdamW never reached the target": (
-        _race({ADAMW: (INF, 0, 0.41), LARS: (90, 30, 0.60), LAMB: (70, 12, 0.61)}),
-        LAMB,
-        "only the layer-wise optimizers reached the target, LAMB first",
-    ),
-    "nobody reached the target": (
-        _race({ADAMW: (INF, 0, 0.52), LARS: (INF, 0, 0.55), LAMB: (INF, 0, 0.48)}),
-        None,
-        "no run reached the target: the race says nothing (return None)",
-    ),
-    "the fastest is not the most accurate": (
-        _race({ADAMW: (80, 5, 0.66), LARS: (120, 10, 0.70), LAMB: (50, 4, 0.61)}),
-        LAMB,
-        "the race is to the target: LAMB got there 30 steps sooner, beyond both spreads",
-    ),
-}
 
 
 @check(
@@ -93,11 +84,12 @@ SCENARIOS = {
     hint="Reread section 6's race: what is raced, which runs have a step count at all, and "
     "how large a gap must be before it is evidence rather than noise.",
 )
-def check_optimizer_choice(choose_optimizer: Callable) -> list:
-    choose = guards._as_learner(choose_optimizer)  # the reference itself is refused too
-    parts = []
-    for name, (races, want, why) in SCENARIOS.items():
-        got = choose({k: _copy(r) for k, r in races.items()})
+def check_optimizer_choice(choose_optimizer) -> list:
+    scale = specimen_rng().choice(RACE_SCALES)
+    parts, decisions = [], _decisions(scale)
+    for name in RACES:
+        races, (want, why) = races_of(name, scale), decisions[name]
+        got = observe(choice_in, choose_optimizer, name, scale)
         table = ", ".join(
             f"{k.split(' ')[0].rstrip(',')} {r.steps:.0f}+-{r.spread:.0f} steps"
             for k, r in races.items()
@@ -113,16 +105,16 @@ def check_optimizer_choice(choose_optimizer: Callable) -> list:
 
 
 def _not_a_name(got, races: dict[str, Race]) -> str:
-    """Why `got` is not an answer (a key of `races` or None), or "" when it is one."""
+    """Why `got` (as the probe sent it: a Race arrives as a wire.Record) is not an answer (a
+    key of `races` or None), or "" when it is one."""
     if got is None or (isinstance(got, str) and got in races):
         return ""
     expected = "return a name, the str key of `results` (such as its .name), or None"
-    if isinstance(got, Race):
-        return f"you returned the Race object of {got.name!r}, not its name: {expected}"
+    if isinstance(got, wire.Record) and got.type_name == "Race":
+        return (
+            f"you returned the Race object of {got.fields.get('name')!r}, not its name: {expected}"
+        )
     if isinstance(got, str):
         return f"you returned {got!r}, which is not a key of `results`: {expected}"
-    return f"you returned a {type(got).__name__}, not a name: {expected}"
-
-
-def _copy(r: Race) -> Race:
-    return Race(r.name, r.lr, r.steps, r.spread, r.edge, list(r.curve))
+    kind = got.type_name if isinstance(got, wire.Record | wire.Opaque) else type(got).__name__
+    return f"you returned a {kind}, not a name: {expected}"

@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from ...data import OfflineImages, dataset_source, load_data, test_transform, to_tensors
 from ...device import get_device
 from ...measure import steady_cpu
 from ...mode import pick
 from ...models import MLP, SmallCNN
+from ...progress import tqdm
 from .lars import ReferenceLAMB, ReferenceLARS
 
 

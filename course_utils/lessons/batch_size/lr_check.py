@@ -4,24 +4,37 @@ compared with Goyal et al.'s two rules. A fault is named only when the rules wit
 reproduce every LR of the group in every case and no other variant with as few faults does:
 the variants combine a scale rule, where the warm-up starts, when the ramp moves and its
 shape. The cases tell them apart: k = 4 (a whole number), 1.5 and 2.5, base batches 256 and 64,
-warm-ups of 5, 10 and 4 steps."""
+warm-ups of 5, 10 and 4 steps.
+
+The learner's scheduler runs in a probe (probes.lr_traces); everything here reads the LRs it
+sent and computes the rules' own, so the verdict is the same in a notebook and in the judge.
+`factor` computes the rules' LR for any step: it is withheld from the grading kernel
+(ANSWERS_ELSEWHERE)."""
 
 from __future__ import annotations
 
 import functools
 import itertools
 import math
-from collections.abc import Callable
 from typing import NamedTuple
 
 from ...checks import check, correct
-from .demo import lr_per_step
+from ...probes import observe, specimen_rng
+from .probes import lr_traces
 
 # (initial LR of each param group, batch, warm-up steps, base batch): k = 4, 1.5 and 2.5, so
 # that integer division shows on two cases and not on the third (an unscaled peak shows on all);
 # base batch 64 on the last, so that a hard-coded 256 shows; two groups, so that a scheduler
 # that reaches the first group only shows
 LR_CASES = [((0.1, 0.02), 1024, 5, 256), ((0.05, 0.3), 384, 10, 256), ((0.2, 0.015), 160, 4, 64)]
+# each case's initial LRs are drawn per run in the judge (probes.specimen_rng), the first (those
+# of LR_CASES) in a notebook: the faults are told apart by the factor over the initial LR, which
+# the batches, warm-ups and base batches fix; the groups' LRs differ in every option
+LR_GROUP_OPTIONS = [
+    ((0.1, 0.02), (0.08, 0.03), (0.12, 0.04)),
+    ((0.05, 0.3), (0.04, 0.25), (0.06, 0.2)),
+    ((0.2, 0.015), (0.15, 0.01), (0.25, 0.02)),
+]
 # steps compared after the warm-up, for "then hold it": a cosine decay over 1000 steps moves
 # the LR by 6e-5 in 5 steps (within REL_TOL), by 21% in 300; one over 10,000 steps by 0.2%
 LR_STEPS_AFTER = 300
@@ -87,29 +100,38 @@ def _factors(v: Variant, case: int) -> tuple[float, ...]:
     return tuple(factor(v, t, batch, base_batch, warmup) for t in range(warmup + LR_STEPS_AFTER))
 
 
-def expected(case: int) -> list[list[float]]:
-    """What the two rules give each group at each step of case `case`."""
-    return [[lr * f for f in _factors(RULES, case)] for lr in LR_CASES[case][0]]
+def expected(case: int, cases: list = LR_CASES) -> list[list[float]]:
+    """What the two rules give each group at each step of case `case` (of `cases`: LR_CASES,
+    their initial LRs perhaps drawn again)."""
+    return [[lr * f for f in _factors(RULES, case)] for lr in cases[case][0]]
+
+
+def drawn_cases() -> list:
+    """LR_CASES with each case's initial LRs drawn from LR_GROUP_OPTIONS (specimen_rng)."""
+    rng = specimen_rng()
+    return [
+        (rng.choice(lrs), *case[1:]) for lrs, case in zip(LR_GROUP_OPTIONS, LR_CASES, strict=True)
+    ]
 
 
 def _same(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=1e-12)
 
 
-def _reproduces(v: Variant, traces: list, group: int) -> bool:
+def _reproduces(v: Variant, traces: list, group: int, cases: list) -> bool:
     return all(
         all(
             _same(got, lrs[group] * f)
             for got, f in zip(traces[c][group], _factors(v, c), strict=True)
         )
-        for c, (lrs, *_) in enumerate(LR_CASES)
+        for c, (lrs, *_) in enumerate(cases)
     )
 
 
-def variant_of(traces: list, group: int) -> Variant | None:
+def variant_of(traces: list, group: int, cases: list = LR_CASES) -> Variant | None:
     """The variant that reproduces the group's LRs in every case, with fewer faults than every
     other that does; None when none does or two with as few faults do."""
-    found = [v for v in VARIANTS if _reproduces(v, traces, group)]
+    found = [v for v in VARIANTS if _reproduces(v, traces, group, cases)]
     fewest = [v for v in found if v.faults == min((f.faults for f in found), default=0)]
     return fewest[0] if len(fewest) == 1 else None
 
@@ -180,11 +202,11 @@ def _changes(v: Variant) -> str:
     return ("this change: " if v.faults == 1 else "these changes: ") + describe(v)
 
 
-def explain(traces: list) -> str | None:
+def explain(traces: list, cases: list = LR_CASES) -> str | None:
     """The faults that reproduce the learner's LRs (traces[case][group][step]), group by
     group, or None when none is confirmed."""
     groups = range(len(traces[0]))
-    found = [variant_of(traces, g) for g in groups]
+    found = [variant_of(traces, g, cases) for g in groups]
     copies = [g > 0 and _copies_first(traces, g) for g in groups]
     if found[0] is not None and all(v == found[0] for v in found) and found[0] != RULES:
         return f"your LRs in every case are exactly the two rules' with {_changes(found[0])}"
@@ -242,12 +264,16 @@ def _measured(got: list[float], want: list[float], warmup: int) -> str:
     "a few batches and read it against section 5's two rules: the LR at step 0, the peak for a "
     "batch that is not a whole number of base batches, the step at which the peak is first "
     "reached, and every param group.",
+    in_kernel="the LR of each param group at each step is read off the optimizer that the "
+    "learner's scheduler drives, beside it (demo.lr_per_step)",
 )
-def check_lr_schedule(make_schedule: Callable) -> list:
+def check_lr_schedule(make_schedule) -> list:
     parts, traces, first = [], [], None
-    for c, (lrs, batch, warmup, base_batch) in enumerate(LR_CASES):
-        got = lr_per_step(make_schedule, lrs, batch, warmup, warmup + LR_STEPS_AFTER, base_batch)
-        want = expected(c)
+    cases = drawn_cases()
+    for c, (lrs, batch, warmup, base_batch) in enumerate(cases):
+        steps = warmup + LR_STEPS_AFTER
+        got = observe(lr_traces, make_schedule, list(lrs), batch, warmup, steps, base_batch)
+        want = expected(c, cases)
         traces.append(got)
         what = (
             f"B={batch} over base {base_batch}, initial LRs "
@@ -276,9 +302,11 @@ def check_lr_schedule(make_schedule: Callable) -> list:
         parts.append(correct(what, False, msg))
     if first is not None:
         i, g, c = first
-        why = explain(traces)
-        warmup = LR_CASES[c][2]
-        parts[i].message += f" ({why})" if why else _measured(traces[c][g], expected(c)[g], warmup)
+        why = explain(traces, cases)
+        warmup = cases[c][2]
+        parts[i].message += (
+            f" ({why})" if why else _measured(traces[c][g], expected(c, cases)[g], warmup)
+        )
     return parts
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
-from tqdm.auto import tqdm
 
 from ...checks import reference
 from ...device import is_out_of_memory, release_cached_memory
 from ...measure import throughput
+from ...progress import tqdm
 
 
 @reference

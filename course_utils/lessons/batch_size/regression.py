@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from ...measure import steady_cpu
+from ...progress import tqdm
 
 
 class NoisyRegression:

@@ -3,19 +3,20 @@
 The range-test check always measures on the offline image set with SmallCNN, whatever data
 the notebook uses, because its window was calibrated there. Every check records what the
 optimizer really did (a step pre-hook), so it grades behaviour, not code structure.
+
+Each body runs the learner's code through a probe (probes.py) and computes what the probe's
+data must be itself (judge.py's readers), so the same body decides in a notebook and in the
+judge (course_utils.probes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
-from torch import nn
 
 from ...checks import Threshold, check, correct
-from ...models import SmallCNN
-from ...session import seed_everything
+from ...probes import observe, specimen_rng
 from . import judge
+from .probes import decay_model, first_step_of, one_cycle_run, range_test_run, suggestion_of
 
 THRESHOLDS = {
     "lr_window_low": Threshold(
@@ -46,32 +47,34 @@ THRESHOLDS = {
 }
 
 
+# the range test's initial weights and batch order are drawn from these (probes.specimen_rng):
+# the lr window's evidence covers seeds 0-3
+RANGE_SEEDS = (0, 1, 2, 3)  # the first in a notebook
+
+
 @check(
     "01-lr-range",
     points=2,
     hint="Compare what the optimizer really stepped with (the raw points of the plot) with "
     "what your test returns, from the first step to the last; reread the idea section.",
+    in_kernel="the lr each optimizer step used (every param group) and its raw loss are "
+    "recorded beside the learner's range test (a step pre-hook, the loss function)",
 )
-def check_lr_range_test(lr_range_test: Callable, suggest_lr: Callable) -> list:
+def check_lr_range_test(lr_range_test, suggest_lr) -> list:
     limit = THRESHOLDS["smoothing_total_variation"].value
-    n, start, end = (
-        judge.RANGE_SWEEP["num_steps"],
-        judge.RANGE_SWEEP["start_lr"],
-        judge.RANGE_SWEEP["end_lr"],
-    )
-    lrs, losses, rec = judge.run_range_test(lr_range_test)
+    sweep = dict(judge.RANGE_SWEEP)
+    n, start, end = sweep["num_steps"], sweep["start_lr"], sweep["end_lr"]
+    seed = specimen_rng().choice(RANGE_SEEDS)
+    seen = observe(range_test_run, lr_range_test, sweep, judge.RANGE_WIDTH, seed)
+    lrs, losses, rec = seen["lrs"], seen["losses"], judge.Steps.of(seen["used"])
     parts = [correct("exponential sweep", *judge.geometric(lrs, start, end, n))]
     parts.append(correct("lr applied", *judge.applied(rec, lrs)))
-    parts.append(
-        correct(
-            "smoothed loss", *judge.smoothing(rec.loss, losses, judge.RANGE_SWEEP["beta"], limit)
-        )
-    )
-    stopped, said = judge.stop(rec, losses, n, judge.RANGE_SWEEP["blowup"], end)
+    parts.append(correct("smoothed loss", *judge.smoothing(rec.loss, losses, sweep["beta"], limit)))
+    stopped, said = judge.stop(rec, losses, n, sweep["blowup"], end)
     parts.append(
         correct("stops when the loss blows up", stopped, said, value=len(rec.lr), threshold=n)
     )
-    suggestion = float(suggest_lr(lrs, losses))
+    suggestion = float(observe(suggestion_of, suggest_lr, lrs, losses))
     lo, hi = THRESHOLDS["lr_window_low"].value, THRESHOLDS["lr_window_high"].value
     ok = lo <= suggestion <= hi
     if ok:
@@ -95,9 +98,11 @@ def check_lr_range_test(lr_range_test: Callable, suggest_lr: Callable) -> list:
 # --- 01-one-cycle ------------------------------------------------------------------------------
 
 
-def _one_cycle_case(fit_one_cycle: Callable, kind: str, max_lr: float) -> list:
-    recorder, total, batches, ran_out, returned = judge.record_fit(fit_one_cycle, kind, max_lr)
-    epochs = judge.ONE_CYCLE_EPOCHS
+def _one_cycle_case(fit_one_cycle, kind: str, max_lr: float, items: int) -> list:
+    seen = observe(one_cycle_run, fit_one_cycle, kind, max_lr, items)
+    recorder, ran_out = judge.Steps.of(seen["steps"]), seen["ran_out"]
+    epochs, batches = judge.ONE_CYCLE_EPOCHS, judge.loader_batches(items)
+    total = epochs * batches
     if ran_out:
         return [
             correct(
@@ -151,8 +156,16 @@ def _one_cycle_case(fit_one_cycle: Callable, kind: str, max_lr: float) -> list:
             else f"{went}; with cycle_momentum=True (the default) it goes 0.95 -> 0.85 -> 0.95",
         )
     )
+    returned = judge.returned_scheduler(seen["returned"], len(lrs))
     parts.append(correct(f"{kind}: returns the scheduler", *returned))
     return parts
+
+
+# drawn per run in the judge (probes.specimen_rng), the first in a notebook: the examples in
+# the loader (each count leaves a partial last batch, so len(dataset) // batch is one short)
+# and each optimizer's max_lr (the schedule's shape, not its scale, is judged)
+ONE_CYCLE_ITEM_COUNTS = (judge.ONE_CYCLE_ITEMS, 270, 330)
+ONE_CYCLE_MAX_LR = {"SGD": (0.5, 0.3), "AdamW": (0.01, 0.003)}
 
 
 @check(
@@ -160,22 +173,22 @@ def _one_cycle_case(fit_one_cycle: Callable, kind: str, max_lr: float) -> list:
     points=2,
     hint="Plot the lr and momentum each optimizer step used (lesson.record_schedule) beside "
     "OneCycleLR's documented shape: where should it start, peak and end, and how often change?",
+    in_kernel="the lr and momentum each optimizer step used are recorded by a step pre-hook "
+    "beside the learner's loop, and the value it returned is read there (is it a scheduler, "
+    "of this optimizer, stepped how often)",
 )
-def check_one_cycle(fit_one_cycle: Callable) -> list:
-    parts = []
-    for kind, max_lr in judge.ONE_CYCLE_CASES:
-        parts += _one_cycle_case(fit_one_cycle, kind, max_lr)
+def check_one_cycle(fit_one_cycle) -> list:
+    rng, parts = specimen_rng(), []
+    items = rng.choice(ONE_CYCLE_ITEM_COUNTS)
+    for kind, _ in judge.ONE_CYCLE_CASES:
+        parts += _one_cycle_case(fit_one_cycle, kind, rng.choice(ONE_CYCLE_MAX_LR[kind]), items)
     return parts
 
 
 # --- 01-adamw: which parameters decay, and how ---------------------------------------------------
 OPT_LR, OPT_DECAY = 0.01, 0.5  # a large decay, so that L2 flips the sign of many Adam steps
-
-
-def _decay_model() -> nn.Module:
-    """Conv and Linear weights (matrices), their biases and BatchNorm's scale and shift."""
-    seed_everything(0)
-    return SmallCNN(width=8, bias=True)
+# the model's initial weights and the step's gradients are drawn from these (specimen_rng)
+DECAY_SEEDS = (0, 1, 2)  # the first in a notebook
 
 
 @check(
@@ -183,12 +196,13 @@ def _decay_model() -> nn.Module:
     points=2,
     hint="Decay pulls a weight towards 0. Which parameters should it pull, and does Adam's "
     "weight_decay do that, or does Adam's normalisation undo it?",
+    in_kernel="which parameters are in none of the optimizer's param groups is read off the "
+    "learner's optimizer beside it (the step itself is decoded here)",
 )
-def check_adamw(configure_optimizer: Callable) -> list:
-    model = _decay_model()
-    optimizer = configure_optimizer(model, OPT_LR, OPT_DECAY)
-    grouped = [p for group in optimizer.param_groups for p in group["params"]]
-    missing = [n for n, p in model.named_parameters() if not any(p is q for q in grouped)]
+def check_adamw(configure_optimizer) -> list:
+    seed = specimen_rng().choice(DECAY_SEEDS)
+    seen = observe(first_step_of, configure_optimizer, OPT_LR, OPT_DECAY, seed)
+    model, missing = decay_model(seed), list(seen["missing"])
     parts = [
         correct(
             "every parameter trained",
@@ -198,7 +212,7 @@ def check_adamw(configure_optimizer: Callable) -> list:
             else f"{len(missing)} parameters are in no group and would never train: {missing[:4]}",
         )
     ]
-    kinds = judge.first_step_kinds(optimizer, model, OPT_LR, OPT_DECAY)
+    kinds = judge.first_step_kinds(model, seen["after"], OPT_LR, OPT_DECAY, seed)
     tol = THRESHOLDS["decay_rel_error"].value
     matrices = {n: k for n, k in kinds.items() if dict(model.named_parameters())[n].dim() >= 2}
     vectors = {n: k for n, k in kinds.items() if n not in matrices}

@@ -1,12 +1,18 @@
 """What lesson 01's checks measure and how they read it: the sweep a range test really
 applied, its smoothing, the schedule an optimizer really followed, and the first step of an
 optimizer decoded into "decayed how much, and how". The checks in checks.py turn these into
-graded parts."""
+graded parts.
+
+Two sides share this module. `run_range_test`, `record_fit` and `first_step` run the learner's
+code on a specimen built from plain arguments (in the learner's kernel, called by the probes of
+probes.py); the rest reads what came back, as data, and computes what it must equal (in the
+judge, under `course grade`)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
@@ -22,6 +28,34 @@ CHECK_TRAIN_IMAGES, CHECK_TEST_IMAGES = 4000, 1000  # the notebook's quick sizes
 RANGE_WIDTH = 16
 
 # --- the range test ----------------------------------------------------------------------------
+
+
+@dataclass
+class Steps:
+    """What a StepRecorder saw, as plain data: at each optimizer step, group 0's lr, every
+    group's lr, the momentum (or beta1) and the last raw loss. The judge's copy of it."""
+
+    lr: list[float] = field(default_factory=list)
+    group_lrs: list[tuple[float, ...]] = field(default_factory=list)
+    momentum: list[float] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, recorder) -> Steps:
+        """From a StepRecorder, or from data with its four lists (attributes or keys)."""
+
+        def read(name: str) -> list:
+            return recorder[name] if isinstance(recorder, dict) else getattr(recorder, name)
+
+        return cls(
+            [float(v) for v in read("lr")],
+            [tuple(float(v) for v in row) for row in read("group_lrs")],
+            [float(v) for v in read("momentum")],
+            [float(v) for v in read("loss")],
+        )
+
+    def to_data(self) -> dict:
+        return asdict(self)
 
 
 def fmt_list(xs, k: int = 3) -> str:
@@ -157,15 +191,19 @@ def smoothing(
     return True, f"smoothed: total variation {tv_sm:.3g} against {tv_raw:.3g} for the raw losses"
 
 
-def run_range_test(lr_range_test: Callable, seed: int = 0, width: int | None = None):
-    """Run a range test as the check does: (lrs, losses, StepRecorder with raw losses)."""
+def run_range_test(
+    lr_range_test: Callable, seed: int = 0, width: int | None = None, sweep: dict | None = None
+):
+    """Run a range test as the check does: (lrs, losses, StepRecorder with raw losses).
+    `sweep`: the range test's keyword arguments (default RANGE_SWEEP)."""
+    sweep = dict(sweep if sweep is not None else RANGE_SWEEP)
     x, y, _, _ = decoded("offline", CHECK_TRAIN_IMAGES, CHECK_TEST_IMAGES)
     model = fresh_model(width=width or RANGE_WIDTH, seed=seed)
-    optimizer, loss_fn = adamw_two_groups(model, RANGE_SWEEP["start_lr"]), LossRecorder()
+    optimizer, loss_fn = adamw_two_groups(model, sweep["start_lr"]), LossRecorder()
     recorder = StepRecorder(optimizer, loss_fn.values)
     try:
         lrs, losses = lr_range_test(
-            model, optimizer, batch_stream(x, y, seed=seed), loss_fn, **RANGE_SWEEP
+            model, optimizer, batch_stream(x, y, seed=seed), loss_fn, **sweep
         )
     finally:
         recorder.remove()
@@ -176,6 +214,11 @@ def run_range_test(lr_range_test: Callable, seed: int = 0, width: int | None = N
 ONE_CYCLE_CASES = (("SGD", 0.5), ("AdamW", 0.01))  # (optimizer, max_lr)
 # 300 items in batches of 32: len(loader) = 10, but len(dataset) // 32 = 9 (a common mistake)
 ONE_CYCLE_EPOCHS, ONE_CYCLE_ITEMS, ONE_CYCLE_BATCH = 3, 300, 32
+
+
+def loader_batches(items: int) -> int:
+    """len(loader) of `items` examples in batches of ONE_CYCLE_BATCH, the last one partial."""
+    return math.ceil(items / ONE_CYCLE_BATCH)
 
 
 def _optimizer(kind: str, params, lr: float) -> torch.optim.Optimizer:
@@ -209,12 +252,12 @@ def schedule_diagnosis(lrs: np.ndarray, ref_lr: np.ndarray, max_lr: float) -> st
     return "its shape differs from OneCycleLR's defaults (pct_start=0.3, cosine annealing)"
 
 
-def record_fit(fit_one_cycle: Callable, kind: str, max_lr: float):
-    """Run the learner's loop on a small problem: (recorder, total steps, len(loader), error
-    message if the scheduler ran out of steps)."""
+def record_fit(fit_one_cycle: Callable, kind: str, max_lr: float, items: int = ONE_CYCLE_ITEMS):
+    """Run the learner's loop on a small problem (`items` examples, seeded): what each
+    optimizer step used (Steps, as data), the error message if the scheduler ran out of steps,
+    and what the loop returned (scheduler_facts)."""
     seed_everything(0)
-    n = ONE_CYCLE_ITEMS
-    dataset = TensorDataset(torch.randn(n, 20), torch.randint(0, 5, (n,)))
+    dataset = TensorDataset(torch.randn(items, 20), torch.randint(0, 5, (items,)))
     loader = DataLoader(dataset, batch_size=ONE_CYCLE_BATCH, shuffle=True)
     model = nn.Linear(20, 5)
     optimizer = _optimizer(kind, model.parameters(), max_lr)
@@ -234,32 +277,45 @@ def record_fit(fit_one_cycle: Callable, kind: str, max_lr: float):
         ran_out = str(exc).strip()
     finally:
         recorder.remove()
-    total = ONE_CYCLE_EPOCHS * len(loader)
-    return recorder, total, len(loader), ran_out, returned_scheduler(returned, optimizer, recorder)
+    return {
+        "steps": Steps.of(recorder).to_data(),
+        "ran_out": ran_out,
+        "returned": scheduler_facts(returned, optimizer),
+    }
 
 
-def returned_scheduler(returned, optimizer, recorder: StepRecorder) -> tuple[bool, str]:
-    """Is the returned value the scheduler that drove this optimizer, stepped once per
-    optimizer step? (The notebook's loop returns it, for a caller to save or resume.) What
-    matters is the lr each optimizer step used, which the schedule part checks: one missing
-    scheduler.step() after the last optimizer step is harmless and passes."""
-    steps = len(recorder.lr)
-    if not isinstance(returned, LRScheduler):
+def scheduler_facts(returned, optimizer) -> dict:
+    """What the judge needs to know of the value a loop returned, read beside it: its type,
+    whether it is a scheduler driving `optimizer`, and how many times it was stepped."""
+    facts = {"type": type(returned).__name__, "scheduler": isinstance(returned, LRScheduler)}
+    if facts["scheduler"]:
+        facts["drives_optimizer"] = returned.optimizer is optimizer
+        facts["last_epoch"] = returned.last_epoch
+    return facts
+
+
+def returned_scheduler(facts: dict, steps: int) -> tuple[bool, str]:
+    """Is the returned value (scheduler_facts) the scheduler that drove this optimizer, stepped
+    once per optimizer step (`steps` of them)? (The notebook's loop returns it, for a caller to
+    save or resume.) What matters is the lr each optimizer step used, which the schedule part
+    checks: one missing scheduler.step() after the last optimizer step is harmless and passes."""
+    if not facts["scheduler"]:
         return False, (
-            f"fit_one_cycle returned {type(returned).__name__}, not the scheduler: return it "
+            f"fit_one_cycle returned {facts['type']}, not the scheduler: return it "
             "(the caller saves its state_dict() to resume)"
         )
-    if returned.optimizer is not optimizer:
+    if not facts["drives_optimizer"]:
         return False, "the scheduler you returned drives another optimizer than the one passed in"
-    if returned.last_epoch == steps - 1:  # what each optimizer step used is judged apart
+    last_epoch = facts["last_epoch"]
+    if last_epoch == steps - 1:  # what each optimizer step used is judged apart
         return True, (
             f"returned the scheduler, stepped {steps - 1} times for {steps} optimizer steps: a "
             "scheduler.step() after the last optimizer step would set an lr no step uses, so "
             "leaving it out changes nothing"
         )
-    if returned.last_epoch != steps:
+    if last_epoch != steps:
         return False, (
-            f"the scheduler you returned was stepped {returned.last_epoch} times, the "
+            f"the scheduler you returned was stepped {last_epoch} times, the "
             f"optimizer {steps} times: return the scheduler of the whole run"
         )
     return True, f"returned the scheduler, stepped {steps} times"
@@ -268,26 +324,41 @@ def returned_scheduler(returned, optimizer, recorder: StepRecorder) -> tuple[boo
 # --- the optimizer's first step, decoded -------------------------------------------------------
 
 
+def known_gradients(model: nn.Module, seed: int = 0) -> dict[str, torch.Tensor]:
+    """A gradient for each parameter, |g| in [0.01, 0.1] with random signs, drawn from `seed`
+    in the order of named_parameters(): both sides draw the same ones."""
+    gen = torch.Generator().manual_seed(seed)
+    grads = {}
+    for name, p in model.named_parameters():
+        mag = 0.01 + 0.09 * torch.rand(p.shape, generator=gen)
+        sign = torch.randint(0, 2, p.shape, generator=gen) * 2 - 1
+        grads[name] = (mag * sign).to(p.dtype)
+    return grads
+
+
+def first_step(optimizer, model: nn.Module, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Step `optimizer` once with known_gradients(model, seed): every parameter after it."""
+    for name, g in known_gradients(model, seed).items():
+        model.get_parameter(name).grad = g.clone()
+    optimizer.step()
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
 def first_step_kinds(
-    optimizer, model: nn.Module, lr: float, weight_decay: float
+    model: nn.Module, after: dict, lr: float, weight_decay: float, seed: int = 0
 ) -> dict[str, tuple[str, float]]:
-    """Step once with known gradients (|g| in [0.01, 0.1]) and explain each parameter's change.
+    """Explain each parameter's change in one step with known gradients (`after`: first_step's
+    result, from the learner's optimizer; `model`: the same model before the step).
 
     Adam's first update is lr * g / (|g| + eps) whatever the betas, so each change is one of:
     'decoupled' (the weights also shrank by lr * wd: AdamW), 'none' (no decay), 'L2' (wd * p
     joined the gradient: Adam's weight_decay), or 'other' (not an Adam step at this lr).
     Returns {name: (kind, implied decay)}."""
-    gen = torch.Generator().manual_seed(0)
-    before, grads = {}, {}
-    for name, p in model.named_parameters():
-        mag = 0.01 + 0.09 * torch.rand(p.shape, generator=gen)
-        sign = torch.randint(0, 2, p.shape, generator=gen) * 2 - 1
-        grads[name], before[name] = (mag * sign).to(p.dtype), p.detach().clone()
-        p.grad = grads[name].clone()
-    optimizer.step()
+    grads = known_gradients(model, seed)
     kinds = {}
     for name, p in model.named_parameters():
-        p0, g, p1 = before[name].double(), grads[name].double(), p.detach().double()
+        p0, g = p.detach().double(), grads[name].double()
+        p1 = after[name].double()
         adam = p0 - lr * g / (g.abs() + 1e-8)
         if torch.allclose(p1, adam, rtol=1e-5, atol=2e-6):
             kinds[name] = ("none", 0.0)
