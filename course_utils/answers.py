@@ -63,11 +63,12 @@ class Withheld:
 
     is_reference = True
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, why: str = ""):
         self.__name__ = self.__qualname__ = name
+        self.why = why
 
     def __call__(self, *args, **kwargs):
-        raise ReferenceWithheld(self.__name__)
+        raise ReferenceWithheld(self.__name__, f"`{self.__name__}` {self.why}" if self.why else "")
 
     def __repr__(self) -> str:
         return f"<{self.__name__}: a reference answer the learner edition leaves out>"
@@ -76,10 +77,11 @@ class Withheld:
 _withheld: list[str] = []  # names of the placeholders made in this process
 
 
-def withheld(name: str) -> Withheld:
-    """The placeholder `course release` writes for the reference answer `name`."""
+def withheld(name: str, why: str = "") -> Withheld:
+    """The placeholder `course release` writes for the reference answer `name` (and the
+    grading kernel's harness for a harness function that computes an answer: `why` says so)."""
     _withheld.append(name)
-    return Withheld(name)
+    return Withheld(name, why)
 
 
 def withheld_names() -> list[str]:

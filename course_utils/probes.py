@@ -179,7 +179,10 @@ def observe(fn: Callable, *args, **kwargs) -> Any:
     NotImplementedError (not attempted) and ReferenceUsed (in a notebook, where references
     exist) keep their type, so the check decides as before."""
     name = _check_probe(fn)
-    remote = [a for a in (*args, *kwargs.values()) if isinstance(a, Remote)]
+    given = [a for a in (*args, *kwargs.values()) if isinstance(a, Answer)]
+    if not given:  # it would run here, in the judge, and see no learner code
+        raise TypeError(f"observe({fn.__name__}, ...) was given no answer to run")
+    remote = [a for a in given if isinstance(a, Remote)]
     if remote:
         return remote[0].session.observe(name, args, kwargs)
     try:

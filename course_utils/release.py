@@ -83,11 +83,12 @@ class ReleaseSummary:
 
 
 def withhold(
-    source: str, module: str, answer: Callable[[str], bool] = is_answer
+    source: str, module: str, answer: Callable[[str], bool] = is_answer, why: str = ""
 ) -> tuple[str, list[str]]:
     """`source` with each top-level answer (a function or class whose name `answer` accepts)
-    replaced by `name = withheld("name")`, and the private helpers only those answers used
-    removed; returns it and the names withheld."""
+    replaced by `name = withheld("name")` (with `why`, when given, as the placeholder's
+    reason), and the private helpers only those answers used removed; returns it and the
+    names withheld."""
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
     answers = [
@@ -97,7 +98,12 @@ def withhold(
     ]
     if not answers:
         return source, []
-    spans = {_span(n): f'{n.name} = withheld("{n.name}")  # {WITHHELD_NOTE}\n' for n in answers}
+    call = (
+        (lambda name: f'withheld("{name}", {why!r})')
+        if why
+        else (lambda name: f'withheld("{name}")')
+    )
+    spans = {_span(n): f"{n.name} = {call(n.name)}  # {WITHHELD_NOTE}\n" for n in answers}
     spans |= {_span(n): "" for n in _orphans(tree, {n.name for n in answers})}
     for (start, end), text in sorted(spans.items(), reverse=True):
         lines[start:end] = [text]
@@ -114,25 +120,33 @@ def _span(node: ast.stmt) -> tuple[int, int]:
 
 
 def _orphans(tree: ast.Module, removed: set[str]) -> list[ast.stmt]:
-    """Private top-level functions and classes that nothing left in the module uses."""
-    defs = {
-        n.name: n
-        for n in tree.body
-        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
-    }
+    """Private top-level functions, classes and constants (`_NAME = ...`) that nothing left in
+    the module uses."""
+    defs = {name: n for n in tree.body if (name := _defined(n))}
     gone = set(removed)
     while True:
         used = set()
         for name, node in defs.items():
             if name not in gone:
-                used |= _names_used(node)
-        used |= {
-            n for stmt in tree.body if not isinstance(stmt, tuple(_DEFS)) for n in _names_used(stmt)
-        }
+                used |= _names_used(node) - {name}
+        used |= {n for stmt in tree.body if not _defined(stmt) for n in _names_used(stmt)}
         orphans = {n for n in defs if n.startswith("_") and n not in gone and n not in used}
         if not orphans:
-            return [defs[n] for n in sorted(gone - removed)]
+            return [defs[n] for n in sorted(gone - removed) if n in defs]
         gone |= orphans
+
+
+def _defined(node: ast.stmt) -> str | None:
+    """The one name a top-level definition binds: a function, a class, or a constant
+    (`_NAME = ...`, `_NAME: T = ...`)."""
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return node.name
+    targets = node.targets if isinstance(node, ast.Assign) else []
+    if isinstance(node, ast.AnnAssign) and node.value is not None:
+        targets = [node.target]
+    if len(targets) == 1 and isinstance(targets[0], ast.Name):
+        return targets[0].id
+    return None
 
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)

@@ -3,14 +3,19 @@ mistakes learners make when they compute, clip and scale gradient norms."""
 
 from __future__ import annotations
 
+import importlib
 import math
+import os
 import statistics
+from pathlib import Path
 
 import pytest
 import torch
-from check_helpers import fails, failure, not_attempted
+from check_helpers import fails, failure, not_attempted, status_of
+from judge_helpers import remote_verdict
 from torch import nn
 
+from course_utils.checks import REGISTRY
 from course_utils.lessons import clipping as lesson
 
 # --- exercise 1: total norm -----------------------------------------------------------------
@@ -307,3 +312,42 @@ def test_amp_clip_stub_and_reference_delegation():
         fails(lesson.check_amp_clipped_step, lambda *a: lesson.reference_amp_clipped_step(*a))
         == "failed"
     )
+
+
+# --- judged as `course grade` judges: the check's body here, the answer in another process ---
+
+REFERENCE = "course_utils.lessons.clipping.reference"
+REDTEAM = Path(__file__).resolve().parent / "redteam"
+
+
+@pytest.fixture
+def redteam_answers(monkeypatch):
+    """The red team's answers importable by "module:name", here and in the judged process."""
+    monkeypatch.syspath_prepend(str(REDTEAM))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(REDTEAM), os.environ.get("PYTHONPATH", "")])
+    )
+
+
+JUDGED = [  # check id, its reference answer, a wrong answer of the red team (module:name)
+    ("08-total-norm", "reference_total_norm", "test_08_clipping:wrong_sum_of_norms"),
+    ("08-clipped-step", "reference_clipped_step", "test_08_clipping:wrong_clip_by_value"),
+    ("08-max-norm", "reference_choose_max_norm", "test_08_clipping:wrong_mean"),
+    ("08-amp-clip", "reference_amp_clipped_step", "test_08_clipping:wrong_no_unscale"),
+]
+
+
+@pytest.mark.parametrize(("check_id", "reference", "wrong"), JUDGED, ids=[j[0] for j in JUDGED])
+def test_the_judge_passes_the_reference_and_grades_a_wrong_answer_as_the_notebook_does(
+    check_id, reference, wrong, redteam_answers
+):
+    """Every call of the learner's code goes through a probe, results cross as data, and
+    nothing is shared between a probe and the body: judged with the answer in another
+    process (tests/judge_helpers.py), the reference passes, and a red-team answer gets the
+    status it gets in a notebook."""
+    judged = remote_verdict(check_id, f"{REFERENCE}:{reference}")
+    assert judged["status"] == "passed", judged["message"]
+    module, _, name = wrong.partition(":")
+    in_notebook = status_of(REGISTRY[check_id], getattr(importlib.import_module(module), name))
+    judged = remote_verdict(check_id, wrong)
+    assert judged["status"] == in_notebook, judged["message"]

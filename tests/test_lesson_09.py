@@ -4,17 +4,22 @@ noise-aware rules), and fail the ways a redundant bias, a speed claim or a fusio
 from __future__ import annotations
 
 import copy
+import importlib
 import math
+import os
 import random
 import statistics
+from pathlib import Path
 
 import pytest
 import torch
-from check_helpers import fails, failure, not_attempted
+from check_helpers import fails, failure, not_attempted, status_of
+from judge_helpers import remote_verdict
 from torch import fx, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
+from course_utils.checks import REGISTRY
 from course_utils.lessons import bn_bias as lesson
 
 LAYERS = (nn.Conv2d, nn.Linear)
@@ -384,3 +389,41 @@ def test_pair_ratio_plot_draws_each_row_with_its_middle_half_and_the_no_effect_l
     assert bands[0].get_segments()[0][:, 0].tolist() == pytest.approx([q1, q3])
     assert any(line.get_xdata()[0] == 1 for line in ax.get_lines())  # the line of no effect
     plt.close(fig)
+
+
+# --- judged as `course grade` judges: the check's body here, the answer in another process ---
+
+REFERENCE = "course_utils.lessons.bn_bias.reference"
+REDTEAM = Path(__file__).resolve().parent / "redteam"
+
+
+@pytest.fixture
+def redteam_answers(monkeypatch):
+    """The red team's answers importable by "module:name", here and in the judged process."""
+    monkeypatch.syspath_prepend(str(REDTEAM))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(REDTEAM), os.environ.get("PYTHONPATH", "")])
+    )
+
+
+JUDGED = [  # check id, its reference answer, a wrong answer of the red team (module:name)
+    ("09-remove-biases", "reference_remove_redundant_biases", "test_09_bn_bias:wrong_module_order"),
+    ("09-speed-verdict", "reference_speed_verdict", "test_09_bn_bias:wrong_median_side"),
+    ("09-fuse", "reference_fuse_for_inference", "test_09_bn_bias:wrong_fuses_in_place"),
+]
+
+
+@pytest.mark.parametrize(("check_id", "reference", "wrong"), JUDGED, ids=[j[0] for j in JUDGED])
+def test_the_judge_passes_the_reference_and_grades_a_wrong_answer_as_the_notebook_does(
+    check_id, reference, wrong, redteam_answers
+):
+    """Every call of the learner's code goes through a probe, results cross as data, and
+    nothing is shared between a probe and the body: judged with the answer in another
+    process (tests/judge_helpers.py), the reference passes, and a red-team answer gets the
+    status it gets in a notebook."""
+    judged = remote_verdict(check_id, f"{REFERENCE}:{reference}")
+    assert judged["status"] == "passed", judged["message"]
+    module, _, name = wrong.partition(":")
+    in_notebook = status_of(REGISTRY[check_id], getattr(importlib.import_module(module), name))
+    judged = remote_verdict(check_id, wrong)
+    assert judged["status"] == in_notebook, judged["message"]

@@ -8,13 +8,18 @@ the interleaved timing with a stub, so the file stays short on a loaded 2-core m
 from __future__ import annotations
 
 import contextlib
+import importlib
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from check_helpers import fails, failure, not_attempted
+from check_helpers import fails, failure, not_attempted, status_of
+from judge_helpers import remote_verdict
 
+from course_utils.checks import REGISTRY
 from course_utils.lessons import habits as lesson
 from course_utils.lessons.habits import checks as habit_checks
 from course_utils.lessons.habits.loop import BETAS, EPS, LR, WEIGHT_DECAY
@@ -510,3 +515,41 @@ def test_remaining_cost_message_claims_the_cpus_cost_order_only_on_a_cpu():
         cpu = habit_checks.remaining_costs(left, cls)
         assert cpu.startswith(f"; the biggest cost still in your loop: {lesson.HABITS[left[0]]}")
     assert habit_checks.remaining_costs([], "cuda") == ""
+
+
+# --- judged as `course grade` judges: the check's body here, the answer in another process ---
+
+REFERENCE = "course_utils.lessons.habits.reference"
+REDTEAM = Path(__file__).resolve().parent / "redteam"
+
+
+@pytest.fixture
+def redteam_answers(monkeypatch):
+    """The red team's answers importable by "module:name", here and in the judged process."""
+    monkeypatch.syspath_prepend(str(REDTEAM))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(REDTEAM), os.environ.get("PYTHONPATH", "")])
+    )
+
+
+JUDGED = [  # check id, its reference answer, a wrong answer of the red team (module:name)
+    ("10-fast-train", "reference_fast_train", "test_10_habits:wrong_unweighted_loss"),
+    ("10-to-tensor", "reference_to_tensor", "test_10_to_tensor:wrong_torch_tensor_always"),
+    ("10-evaluate", "reference_evaluate", "test_10_habits:wrong_no_eval_mode"),
+]
+
+
+@pytest.mark.parametrize(("check_id", "reference", "wrong"), JUDGED, ids=[j[0] for j in JUDGED])
+def test_the_judge_passes_the_reference_and_grades_a_wrong_answer_as_the_notebook_does(
+    check_id, reference, wrong, redteam_answers
+):
+    """Every call of the learner's code goes through a probe, results cross as data, and
+    nothing is shared between a probe and the body: judged with the answer in another
+    process (tests/judge_helpers.py), the reference passes, and a red-team answer gets the
+    status it gets in a notebook."""
+    judged = remote_verdict(check_id, f"{REFERENCE}:{reference}")
+    assert judged["status"] == "passed", judged["message"]
+    module, _, name = wrong.partition(":")
+    in_notebook = status_of(REGISTRY[check_id], getattr(importlib.import_module(module), name))
+    judged = remote_verdict(check_id, wrong)
+    assert judged["status"] == in_notebook, judged["message"]

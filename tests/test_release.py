@@ -27,6 +27,7 @@ from course_utils.answers import is_withheld, learner_or_reference, withheld
 from course_utils.authoring import check_code, check_id_of, code, new_notebook, read, write
 from course_utils.checks import check, correct
 from course_utils.errors import AuthoringError, ReferenceWithheld
+from course_utils.probes import call_with, observe
 from course_utils.protocol import NOT_APPLICABLE, NOT_ATTEMPTED
 from course_utils.release import DEFAULT_INSTALL, release, stopping_cells, withhold
 from course_utils.skipping import SKIPPED
@@ -176,7 +177,7 @@ def test_a_check_that_needs_a_withheld_reference_is_graded_by_the_instructor(cap
 
     @check("test-withheld-ref", points=1)
     def check_triple(fn):
-        return [correct("same", fn(2) == reference_triple(2), "fn(2)")]
+        return [correct("same", observe(call_with, fn, 2) == reference_triple(2), "fn(2)")]
 
     def triple(x):
         return 3 * x
@@ -192,7 +193,7 @@ def test_a_demo_without_a_reference_stops_until_the_answer_passes(capsys):
 
     @check("test-withheld-demo", points=1)
     def check_half(fn):
-        return [correct("half", fn(4) == 2, "fn(4)")]
+        return [correct("half", observe(call_with, fn, 4) == 2, "fn(4)")]
 
     def half(x):
         raise NotImplementedError()

@@ -3,7 +3,6 @@
 from .checks import THRESHOLDS, check_remove_biases, check_speed_verdict
 from .dataflow import feeds_bn
 from .demo import (
-    REDUNDANT,
     cancellation,
     equal_work_ratios,
     fusion_cases,
@@ -15,8 +14,9 @@ from .demo import (
     small_variance_model,
     train_step_comparison,
 )
-from .fusion import batch_norm_calls, check_fuse
+from .fusion import check_fuse
 from .plots import plot_pair_ratios
+from .probes import batch_norm_calls
 from .reference import (
     reference_fuse_for_inference,
     reference_remove_redundant_biases,
@@ -24,7 +24,6 @@ from .reference import (
 )
 
 __all__ = [
-    "REDUNDANT",
     "THRESHOLDS",
     "batch_norm_calls",
     "cancellation",
@@ -46,3 +45,10 @@ __all__ = [
     "small_variance_model",
     "train_step_comparison",
 ]
+
+# harness functions that compute an exercise's answer under another name: the grading kernel
+# withholds them (course_utils.grading.kernel_harness). None is left: the list of redundant
+# layers lives in the check (checks._truth), which the kernel's harness strips. feeds_bn stays:
+# the notebook hands it to learners for exercises 1 and 3 (deciding which biases to remove,
+# keeping the eval outputs and fusing are the exercises), and the solutions call it.
+ANSWERS_ELSEWHERE = ()

@@ -1,9 +1,11 @@
 """Lesson 09's graded checks: redundant biases removed (and only those) and a speed verdict
-that respects the noise; THRESHOLDS for all three (conv+BN fusion is checked in fusion.py)."""
+that respects the noise; THRESHOLDS for all three (conv+BN fusion is checked in fusion.py).
+
+The learner's functions run only through probes (probes.py), on specimens both sides build
+from the same seeds; what their results must be is computed here."""
 
 from __future__ import annotations
 
-import copy
 import random
 import statistics
 
@@ -13,8 +15,10 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from ...checks import Threshold, at_most, check, correct, retry_measure
 from ...models import count_parameters
+from ...probes import observe, specimen_rng
 from . import demo
 from .dataflow import feeds_bn
+from .probes import biases, biases_removed, differ, outputs, verdict_on
 
 THRESHOLDS = {
     "bn_ops_left": Threshold(
@@ -53,21 +57,17 @@ THRESHOLDS = {
 # --- exercise 1: remove the redundant biases ------------------------------------------------
 
 
-def _biases(model: nn.Module) -> set[str]:
-    return {
-        name
-        for name, m in model.named_modules()
-        if isinstance(m, nn.Linear | nn.Conv2d) and isinstance(m.bias, nn.Parameter)
-    }
+def _truth() -> tuple[list[str], list[str]]:
+    """(the layers of scenario_model whose bias BN cancels, a layer it runs only in eval
+    mode): by construction (demo.scenario_model's comments). Kept here, with the check: the
+    grading kernel's harness leaves out what only check bodies use."""
+    return ["0.0", "1.conv", "5.conv", "8"], ["5.refine"]
 
 
-def _outputs(model: nn.Module, x: torch.Tensor, train: bool) -> torch.Tensor:
-    with torch.no_grad():
-        return copy.deepcopy(model).train(train)(x)
-
-
-def _differ(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).abs().max())
+# scenario_model's seed, the input the outputs are compared on, the example handed over: drawn
+# per run (the first in a notebook); a seed moves weights and statistics, never which layer
+# feeds what
+REMOVE_SEEDS, INPUT_SEEDS, EXAMPLE_SEEDS = (0, 3, 5), (1, 4), (2, 6)
 
 
 @check(
@@ -80,19 +80,20 @@ def _differ(a: torch.Tensor, b: torch.Tensor) -> float:
     "you removed or kept wrongly and which mode's output moved.",
 )
 def check_remove_biases(remove_redundant_biases):
-    model, x = demo.scenario_model(downstream_bn=True), demo.scenario_input()
-    before_train, before_eval = _outputs(model, x, True), _outputs(model, x, False)
-    n_before, had = count_parameters(model), _biases(model)
-    original = copy.deepcopy(model)
-    result = remove_redundant_biases(model, demo.scenario_input(2))
-    model = result if isinstance(result, nn.Module) else model
-    removed = had - _biases(model)
-    saved = n_before - count_parameters(model)
-    truth = demo.REDUNDANT
+    rng = specimen_rng()
+    seeds = (rng.choice(REMOVE_SEEDS), rng.choice(INPUT_SEEDS), rng.choice(EXAMPLE_SEEDS))
+    original, x = demo.scenario_model(seeds[0], downstream_bn=True), demo.scenario_input(seeds[1])
+    before_train, before_eval = outputs(original, x, True), outputs(original, x, False)
+    n_before, had = count_parameters(original), biases(original)
+    seen = observe(biases_removed, remove_redundant_biases, *seeds)
+    state = seen["state"]
+    removed = had - set(seen["biases"])
+    saved = n_before - int(seen["n_params"])
+    truth, _ = _truth()
     want = sum(original.get_submodule(n).bias.numel() for n in truth)
     wrong = sorted(removed - set(truth))
     missed = sorted(set(truth) - removed)
-    zeroed = [n for n in missed if not model.get_submodule(n).bias.detach().any()]
+    zeroed = [n for n in missed if _is_zero(state.get(f"{n}.bias"))]
     why = "exactly the biases BN cancels"
     if zeroed:
         why = f"zeroed but still parameters: {zeroed}; remove them (module.bias = None)"
@@ -108,47 +109,56 @@ def check_remove_biases(remove_redundant_biases):
         )
     ]
     atol = THRESHOLDS["output_atol"].value
-    train_gap = _differ(_outputs(model, x, True), before_train)
+    train_gap = differ(seen["train_out"], before_train)
     parts.append(
         at_most("train-mode output", train_gap, atol, "largest change of the train-mode output")
     )
-    eval_gap = _differ(_outputs(model, x, False), before_eval)
+    eval_gap = differ(seen["eval_out"], before_eval)
     eval_part = at_most(
         "eval-mode output", eval_gap, atol, "largest change of the eval-mode output"
     )
     if eval_part.status == "failed":
-        eval_part.message += _eval_cause(original, model, removed & set(truth), wrong)
+        eval_part.message += _eval_cause(original, state, removed & set(truth), wrong, seeds[1])
     return [*parts, eval_part]
 
 
-def _eval_cause(original: nn.Module, model: nn.Module, removed_right, removed_wrong) -> str:
-    """Name why eval outputs moved only from what the BNs' buffers and the removed layers
-    show; else nothing beyond the measurement."""
+def _is_zero(bias) -> bool:
+    return isinstance(bias, torch.Tensor) and not bias.detach().any()
+
+
+def _buffer_moved(state: dict, original: nn.Module, name: str, buffer: str) -> bool:
+    mine, theirs = getattr(original.get_submodule(name), buffer), state.get(f"{name}.{buffer}")
+    return not (
+        isinstance(theirs, torch.Tensor)
+        and theirs.shape == mine.shape
+        and torch.equal(theirs, mine)
+    )
+
+
+def _eval_cause(original: nn.Module, state: dict, removed_right, removed_wrong, seed: int) -> str:
+    """Name why eval outputs moved only from what the BNs' buffers (in the state the learner's
+    model was left in) and the removed layers show; else nothing beyond the measurement."""
     causes = []
-    eval_only = sorted(set(removed_wrong) & set(demo.EVAL_ONLY))
+    eval_only = sorted(set(removed_wrong) & set(_truth()[1]))
     if eval_only:
         causes.append(f"{eval_only} never runs in train mode, but its bias counts in eval mode")
     stats_moved = [
         name
-        for name, m in model.named_modules()
+        for name, m in original.named_modules()
         if isinstance(m, _BatchNorm)
         and m.running_var is not None
-        and not torch.equal(m.running_var, original.get_submodule(name).running_var)
+        and _buffer_moved(state, original, name, "running_var")
     ]
     if stats_moved:
         causes.append(
             f"the running_var of {stats_moved[:3]} changed: a train-mode forward ran on the "
             "model itself (probe on a copy.deepcopy)"
         )
-    fed = feeds_bn(original, demo.scenario_input(), train=True)
+    fed = feeds_bn(original, demo.scenario_input(seed), train=True)
     unfolded = [
         name
         for name in sorted(removed_right)
-        if name in fed
-        and torch.equal(
-            model.get_submodule(fed[name]).running_mean,
-            original.get_submodule(fed[name]).running_mean,
-        )
+        if name in fed and not _buffer_moved(state, original, fed[name], "running_mean")
     ]
     if unfolded and not stats_moved:
         causes.append(
@@ -178,6 +188,9 @@ def _synthetic(seed: int, kind: str) -> list[float]:
     return [1 / rng.gauss(1.5, 0.1) for _ in range(16)]  # 1.5x slower
 
 
+# the other seed of each synthetic case: i + SEED_STRIDE gives ratios whose truth every sound
+# rule of the tests and the red team reads as before (checked with the alternative drawn)
+SEED_STRIDE = 20
 SCENARIOS = {
     "noisy, no effect": "no effect",
     "median 1.1, wide spread": "no effect",
@@ -217,7 +230,7 @@ def _measured(truth: str, measure) -> list[float]:
 
 
 def _verdict_part(speed_verdict, name: str, ratios: list[float], truth: str):
-    got = speed_verdict(list(ratios))
+    got = observe(verdict_on, speed_verdict, list(ratios))
     q = sorted(ratios)
     return correct(
         name,
@@ -235,8 +248,11 @@ def _verdict_part(speed_verdict, name: str, ratios: list[float], truth: str):
     "on ratios whose truth you know (the exercise's hints say how) before the check does.",
 )
 def check_speed_verdict(speed_verdict):
-    parts = [
-        _verdict_part(speed_verdict, name, _synthetic(i, name), truth)
+    rng = specimen_rng()
+    parts = [  # each synthetic case's seed drawn from two (the first in a notebook)
+        _verdict_part(
+            speed_verdict, name, _synthetic(rng.choice((i, i + SEED_STRIDE)), name), truth
+        )
         for i, (name, truth) in enumerate(SCENARIOS.items())
     ]
     if any(p.status == "failed" for p in parts):

@@ -163,10 +163,6 @@ def small_variance_model(seed: int = 0) -> nn.Sequential:
     return model.train()
 
 
-REDUNDANT = ["0.0", "1.conv", "5.conv", "8"]  # the layers of scenario_model whose bias BN cancels
-EVAL_ONLY = ["5.refine"]  # a layer scenario_model runs only in eval mode
-
-
 def scenario_input(seed: int = 1) -> torch.Tensor:
     return torch.randn(8, 3, 12, 12, generator=torch.Generator().manual_seed(seed))
 

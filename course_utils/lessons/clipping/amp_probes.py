@@ -12,13 +12,14 @@ when backward began. A message names a cause only when one of these measured it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from ...amp_calls import CallLog, watch
+from ...amp_calls import CallLog, Event, watch
 from ...device import get_device
 from . import demo
 
@@ -61,10 +62,11 @@ def _hooks(model: nn.Module, run: AmpRun):
     return model.register_forward_hook(on_forward)
 
 
-def amp_run(step, max_norm: float = 1.0, calls: int = 4) -> AmpRun:
-    """Up to `calls` calls of `step` on a fresh AMP problem, the third with inf gradients; the
-    optimizer has two param groups, so that clipping only the first shows."""
-    model, optimizer, scaler, x, y = demo.amp_problem(get_device())
+def amp_run(step, max_norm: float = 1.0, calls: int = 4, seed: int = 0) -> AmpRun:
+    """Up to `calls` calls of `step` on a fresh AMP problem (demo.amp_problem(seed)), the third
+    with inf gradients; the optimizer has two param groups, so that clipping only the first
+    shows."""
+    model, optimizer, scaler, x, y = demo.amp_problem(get_device(), seed)
     params = list(model.parameters())
     optimizer = torch.optim.SGD(
         [{"params": params[:2]}, {"params": params[2:]}], **optimizer.defaults
@@ -92,6 +94,19 @@ def amp_run(step, max_norm: float = 1.0, calls: int = 4) -> AmpRun:
     finally:
         hook.remove()
     return run
+
+
+def as_data(run: AmpRun) -> dict:
+    """An AmpRun as plain data (its call log as a list of events), to cross course_utils.wire."""
+    fields = {f.name: getattr(run, f.name) for f in dataclasses.fields(run) if f.name != "calls"}
+    return {**fields, "events": [dataclasses.asdict(e) for e in run.calls.events]}
+
+
+def from_data(data: dict) -> AmpRun:
+    """The AmpRun that `as_data` described, its call log rebuilt (so .of and .order work)."""
+    names = {f.name for f in dataclasses.fields(AmpRun)} - {"calls"}
+    events = [Event(**event) for event in data["events"]]
+    return AmpRun(**{k: data[k] for k in names}, calls=CallLog(events))
 
 
 def same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:

@@ -1,18 +1,30 @@
 """Lesson 08's graded checks: the total gradient norm, a clipped step that trains the
-exploding RNN, a threshold read from a norm history, and clipping under a GradScaler."""
+exploding RNN, a threshold read from a norm history, and clipping under a GradScaler.
+
+Each check runs the learner's function only through a probe (probes.py), on specimens both
+sides build from the same plain arguments, and computes what the result must be itself."""
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import math
-from unittest import mock
 
 import torch
 from torch import nn
 
 from ...checks import Threshold, at_most, check, correct
-from . import amp_probes, demo, probes
+from ...probes import observe, specimen_rng
+from . import amp_probes, demo, diagnosis
+from .probes import (
+    amp_steps,
+    clipped_steps,
+    max_norm_for,
+    norm_case,
+    rnn_losses,
+    rnn_run,
+    step_case,
+    total_norm_of,
+    two_steps,
+)
 from .reference import (
     reference_amp_clipped_step,
     reference_clipped_step,
@@ -44,40 +56,10 @@ THRESHOLDS = {
 
 # --- exercise 1: the total norm -------------------------------------------------------------
 
-
-def _norm_case(seed: int) -> nn.Module:
-    """Two trained layers, one frozen (grad None) and one unused this step (grad None)."""
-    torch.manual_seed(seed)
-    model = nn.ModuleDict(
-        {
-            "a": nn.Linear(8, 16),
-            "b": nn.Linear(16, 4),
-            "frozen": nn.Linear(4, 4),
-            "unused": nn.Linear(3, 3),
-        }
-    )
-    model["frozen"].requires_grad_(False)
-    x = torch.randn(32, 8)
-    (model["frozen"](model["b"](model["a"](x).relu())) ** 2).sum().mul(10.0**seed).backward()
-    return model
-
-
-@contextlib.contextmanager
-def _no_delegation():
-    """The exercise is to compute the norm: the library's own norm functions are off limits."""
-
-    def refuse(*args, **kwargs):
-        raise RuntimeError(
-            "compute the norm yourself: clip_grad_norm_/get_total_norm are off limits here"
-        )
-
-    names = ["clip_grad_norm_", "clip_grad_norm", "get_total_norm"]
-    with contextlib.ExitStack() as stack:
-        for module in (nn.utils, nn.utils.clip_grad):
-            for name in names:
-                if hasattr(module, name):
-                    stack.enter_context(mock.patch.object(module, name, refuse))
-        yield
+# (seeds to draw from, the first in a notebook; the loss scale's exponent; norm_type): a seed
+# moves the values, never the structure (a frozen and an unused layer), and for inf the largest
+# entry stays below the largest |entry| in each
+NORM_CASES = (((0, 7), 0, 2.0), ((1, 8), 1, 1.0), ((2, 9), 2, math.inf), ((0, 7), 0, 3.0))
 
 
 def _as_float(value) -> float | None:
@@ -86,10 +68,9 @@ def _as_float(value) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def _right_from_a_list(total_grad_norm, params, norm_type: float, want: float) -> bool:
+def _right_from_a_list(total_grad_norm, case: tuple, want: float) -> bool:
     """The generator probe: the same parameters passed as a list, which can be read twice."""
-    with _no_delegation():
-        again = _as_float(total_grad_norm(list(params), norm_type))
+    again = _as_float(observe(total_norm_of, total_grad_norm, *case, True)["norm"])
     return again is not None and math.isclose(again, want, rel_tol=THRESHOLDS["norm_rtol"].value)
 
 
@@ -99,22 +80,27 @@ def _right_from_a_list(total_grad_norm, params, norm_type: float, want: float) -
     hint="Reread the colleague's norm table: which rows are right, and what do they have in "
     "common? Run lesson.norm_table on your function: a wrong p=2 or p=inf column and a wrong "
     "generator row are two different mistakes.",
+    in_kernel="clip_grad_norm_ and get_total_norm are refused by a patch beside the learner's "
+    "function",
 )
 def check_total_norm(total_grad_norm):
-    parts = []
-    for seed, norm_type in [(0, 2.0), (1, 1.0), (2, math.inf), (0, 3.0)]:
-        model = _norm_case(seed)
+    parts, rng = [], specimen_rng()
+    for seeds, scale_exp, norm_type in NORM_CASES:
+        case = (rng.choice(seeds), scale_exp, norm_type)
+        model = norm_case(case[0], scale_exp)
         params = list(model.parameters())
         want = float(nn.utils.clip_grad_norm_(params, math.inf, norm_type, foreach=False))
         want_foreach = float(nn.utils.clip_grad_norm_(params, math.inf, norm_type, foreach=True))
-        before = [p.grad.clone() for p in params if p.grad is not None]
-        with _no_delegation():
-            got = _as_float(total_grad_norm(model.parameters(), norm_type))
-        after = [p.grad for p in params if p.grad is not None]
-        unchanged = all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+        before = [p.grad for p in params if p.grad is not None]
+        seen = observe(total_norm_of, total_grad_norm, *case)
+        got, after = _as_float(seen["norm"]), seen["grads"]
+        unchanged = len(after) == len(before) and all(
+            isinstance(a, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
+            for a, b in zip(after, before, strict=True)
+        )
         ok = got is not None and math.isclose(got, want, rel_tol=THRESHOLDS["norm_rtol"].value)
-        why = "" if ok or got is None else "; " + probes.diagnose_norm(got, model, norm_type)
-        if not ok and unchanged and _right_from_a_list(total_grad_norm, params, norm_type, want):
+        why = "" if ok or got is None else "; " + diagnosis.diagnose_norm(got, model, norm_type)
+        if not ok and unchanged and _right_from_a_list(total_grad_norm, case, want):
             why = (
                 "; given a LIST of the same parameters you return the right norm: your function "
                 "reads `parameters` twice, and a generator (model.parameters()) runs out after one"
@@ -137,33 +123,30 @@ def check_total_norm(total_grad_norm):
 # --- exercise 2: a clipped step -------------------------------------------------------------
 
 
-def _one_step_params(step, model, batches, max_norm: float) -> tuple[list[torch.Tensor], object]:
-    """Two steps with an optimizer of two param groups (recurrent weights, the rest), so that
-    clipping only the first group shows."""
-    model = copy.deepcopy(model)
-    params = list(model.parameters())
-    optimizer = torch.optim.SGD([{"params": params[:2]}, {"params": params[2:]}], lr=demo.LR)
-    norm = None
-    for x, y in batches:
-        norm = step(model, nn.functional.mse_loss, x, y, optimizer, max_norm)
-    return [p.detach().clone() for p in model.parameters()], norm
-
-
 def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
-    return all(torch.allclose(x, y, rtol=1e-4, atol=1e-6) for x, y in zip(a, b, strict=True))
+    return len(a) == len(b) and all(
+        isinstance(x, torch.Tensor) and x.shape == y.shape and torch.allclose(x, y, 1e-4, 1e-6)
+        for x, y in zip(a, b, strict=True)
+    )
 
 
 def _which_mistake(got, model, batches, max_norm: float) -> str:
     """Name a mistake only if a step that makes it ends where the learner's did."""
     if _same(got, [p.detach() for p in model.parameters()]):
         return "your steps did not move the parameters: no gradient was left when step() ran"
-    for step, said in probes.STEP_MISTAKES.values():
-        if _same(got, _one_step_params(step, model, batches, max_norm)[0]):
+    for step, said in diagnosis.STEP_MISTAKES.values():
+        if _same(got, two_steps(step, model, batches, max_norm)[0]):
             return said
     return (
         "parameters differ from a clipped step and from every usual mistake we replayed: "
         "compare your order of calls with Exercise 2"
     )
+
+
+# the steps are compared on the RNN of a seed drawn from these (the first in a notebook), with
+# batches of the seed after it; the 150-step run trains train_rnn's seed, drawn from the seeds
+# the trained_fraction evidence was measured on
+STEP_SEEDS, RUN_SEEDS, RUN_STEPS, RUN_TAIL = (7, 3, 11), (0, 1, 2), 150, 20
 
 
 @check(
@@ -174,13 +157,15 @@ def _which_mistake(got, model, batches, max_norm: float) -> str:
     "yet used? Log the norm your own step returns and train with lesson.train_rnn.",
 )
 def check_clipped_step(clipped_step):
-    model, gen = demo.make_rnn(7), demo.rnn_batches(8)
-    batches = [next(gen), next(gen)]
+    rng = specimen_rng()
+    seed = rng.choice(STEP_SEEDS)
+    model, batches = step_case(seed, seed + 1)
     parts = []
     # max_norm 0.5: the RNN's first gradients have norm ~10, clipping acts; 1000: it must not
     for name, max_norm in [("one step", 0.5), ("norm below max_norm", 1000.0)]:
-        want, want_norm = _one_step_params(reference_clipped_step, model, batches, max_norm)
-        got, got_norm = _one_step_params(clipped_step, model, batches, max_norm)
+        want, want_norm = two_steps(reference_clipped_step, model, batches, max_norm)
+        seen = observe(clipped_steps, clipped_step, seed, seed + 1, max_norm)
+        got, got_norm = seen["params"], seen["norm"]
         ok = _same(got, want)
         why = "parameters equal the reference after two steps"
         if not ok:
@@ -203,12 +188,13 @@ def check_clipped_step(clipped_step):
     )
     if not all(p.status == "passed" for p in parts):
         return [*parts, correct("exploding RNN", False, "not run: fix the step above first")]
-    run = demo.train_rnn(clipped_step, 1.0, steps=150, label="yours, max_norm=1")
-    fraction = run.final_loss / run.loss[0]
+    run_seed = rng.choice(RUN_SEEDS)
+    run = observe(rnn_run, clipped_step, 1.0, RUN_STEPS, run_seed, RUN_TAIL)
+    start, final = rnn_losses(run["starts"], int(run["logged"]), run_seed)
     parts.append(
         at_most(
-            "exploding RNN, 150 steps at lr 0.1",
-            fraction,
+            f"exploding RNN, {RUN_STEPS} steps at lr 0.1",
+            final / start,
             THRESHOLDS["trained_fraction"].value,
             "final/start loss with your step at max_norm=1 (unclipped, this run diverges)",
         )
@@ -228,12 +214,16 @@ def check_clipped_step(clipped_step):
 )
 def check_choose_max_norm(choose_max_norm):
     low, high = THRESHOLDS["max_norm_low"].value, THRESHOLDS["max_norm_high"].value
-    histories = {
-        name: demo.synthetic_history(*args, **demo.SHAPES[name])
-        for name, args in demo.HISTORIES.items()
+    rng = specimen_rng()
+    histories = {  # each history's seed drawn: the first in a notebook
+        name: demo.synthetic_history(rng.choice((seed, seed + 10)), *rest, **demo.SHAPES[name])
+        for name, (seed, *rest) in demo.HISTORIES.items()
     }
-    answers = {name: _as_float(choose_max_norm(list(h))) for name, h in histories.items()}
-    named = probes.which_statistic(list(answers.values()), list(histories.values()))
+    answers = {
+        name: _as_float(observe(max_norm_for, choose_max_norm, list(h)))
+        for name, h in histories.items()
+    }
+    named = diagnosis.which_statistic(list(answers.values()), list(histories.values()))
     parts = []
     for name, (_, bulk, *_) in demo.HISTORIES.items():
         got = answers[name]
@@ -261,6 +251,8 @@ def check_choose_max_norm(choose_max_norm):
 
 # --- exercise 4: clipping under a GradScaler ------------------------------------------------
 
+AMP_SEEDS = (0, 1, 2)  # demo.amp_problem's seed: the first in a notebook
+
 
 @check(
     "08-amp-clip",
@@ -268,10 +260,14 @@ def check_choose_max_norm(choose_max_norm):
     hint="Compare the norms the colleague's step returned with float32's (section 3's runs): "
     "by what factor do they differ, and where did that factor come from? Train yours with "
     "lesson.train_amp next to lesson.fp32_clipped_step; return the norm as a tensor.",
+    in_kernel="the GradScaler, clip_grad_norm_ and optimizer.step calls (amp_calls.watch), "
+    "the scale after each call and the output's dtype and gradient (hooks), recorded beside "
+    "the learner's step",
 )
 def check_amp_clipped_step(amp_clipped_step):
-    want = amp_probes.amp_run(reference_amp_clipped_step)
-    got = amp_probes.amp_run(amp_clipped_step)
+    seed = specimen_rng().choice(AMP_SEEDS)
+    want = amp_probes.amp_run(reference_amp_clipped_step, seed=seed)
+    got = amp_probes.from_data(observe(amp_steps, amp_clipped_step, 1.0, seed))
     w, scale = float(want.norms[0]), want.calls.of("step", 0)[0].scale  # 2**16 at first
     g = _as_float(got.norms[0]) if got.norms else None
     both = [amp_probes.same(a, b) for a, b in zip(got.params, want.params[:2], strict=False)]
@@ -321,7 +317,8 @@ def _norm_part(norm, g: float | None, w: float, scale: float):
         what = f"you returned {norm!r}, not the norm: return what clip_grad_norm_ returns"
     elif not isinstance(norm, torch.Tensor):
         what = (
-            f"you returned a {type(norm).__name__}: .item() each step waits for the device "
+            f"you returned a {getattr(norm, 'type_name', type(norm).__name__)}: .item() each "
+            "step waits for the device "
             "(a host-device sync); return the tensor, read it when you log"
         )
     else:

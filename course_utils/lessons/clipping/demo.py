@@ -17,12 +17,12 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from ...device import get_device
 from ...measure import Comparison, compare, steady_cpu
 from ...mode import pick
 from ...models import MLP, SeqRNN
+from ...progress import tqdm
 
 SEQ_LEN, REMEMBER, HIDDEN, BATCH = 30, 3, 32, 64
 RECURRENT_SCALE, LR = 1.5, 0.1  # diverges unclipped in ~40 steps (seeds 0-4, torch 2.14 CPU)

@@ -1,147 +1,150 @@
-"""Wrong steps that lesson 08's checks replay to confirm a cause before naming it: a message
-says "you clipped each tensor on its own" only when a step that does exactly that ends with
-the learner's parameters."""
+"""Lesson 08's probes: each runs the learner's answer on a specimen it builds from plain
+arguments, beside the learner's code, and returns what it saw as data (course_utils.probes).
+The checks (checks.py) compute what that data must equal on their own side; diagnosis.py
+names a mistake from it. The specimens are built here, so both sides build the same ones."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import math
+from collections import deque
+from unittest import mock
 
 import torch
 from torch import nn
 
-from . import demo
+from ...probes import probe
+from . import amp_probes, demo
+
+# --- specimens both sides build --------------------------------------------------------------
 
 
-def _backward(model, loss_fn, x, y, optimizer) -> list[torch.Tensor]:
-    optimizer.zero_grad(set_to_none=True)
-    loss_fn(model(x), y).backward()
-    return [p for p in model.parameters() if p.grad is not None]
+def norm_case(seed: int, scale_exp: int) -> nn.Module:
+    """Two trained layers, one frozen (grad None) and one unused this step (grad None), the
+    loss scaled by 10**scale_exp (norms from ~10 to ~1e3)."""
+    torch.manual_seed(seed)
+    model = nn.ModuleDict(
+        {
+            "a": nn.Linear(8, 16),
+            "b": nn.Linear(16, 4),
+            "frozen": nn.Linear(4, 4),
+            "unused": nn.Linear(3, 3),
+        }
+    )
+    model["frozen"].requires_grad_(False)
+    x = torch.randn(32, 8)
+    (model["frozen"](model["b"](model["a"](x).relu())) ** 2).sum().mul(10.0**scale_exp).backward()
+    return model
 
 
-def _total(params, norm_type: float = 2.0) -> torch.Tensor:
-    norms = [torch.linalg.vector_norm(p.grad.detach(), norm_type) for p in params]
-    return torch.linalg.vector_norm(torch.stack(norms), norm_type)
+def step_case(seed: int, batch_seed: int) -> tuple[nn.Module, list]:
+    """The exploding RNN and the two batches a clipped step is compared on."""
+    model, gen = demo.make_rnn(seed), demo.rnn_batches(batch_seed)
+    return model, [next(gen), next(gen)]
 
 
-def per_tensor(model, loss_fn, x, y, optimizer, max_norm):
-    params = _backward(model, loss_fn, x, y, optimizer)
-    norm = _total(params)
-    for p in params:
-        nn.utils.clip_grad_norm_([p], max_norm)
-    optimizer.step()
-    return norm
+def two_steps(step, model, batches, max_norm: float) -> tuple[list[torch.Tensor], object]:
+    """Two steps with an optimizer of two param groups (recurrent weights, the rest), so that
+    clipping only the first group shows; the parameters after, and the last norm returned."""
+    model = copy.deepcopy(model)
+    params = list(model.parameters())
+    optimizer = torch.optim.SGD([{"params": params[:2]}, {"params": params[2:]}], lr=demo.LR)
+    norm = None
+    for x, y in batches:
+        norm = step(model, nn.functional.mse_loss, x, y, optimizer, max_norm)
+    return [p.detach().clone() for p in model.parameters()], norm
 
 
-def inf_norm(model, loss_fn, x, y, optimizer, max_norm):
-    params = _backward(model, loss_fn, x, y, optimizer)
-    norm = _total(params)
-    nn.utils.clip_grad_norm_(params, max_norm, norm_type=math.inf)
-    optimizer.step()
-    return norm
+@contextlib.contextmanager
+def _no_delegation():
+    """The exercise is to compute the norm: the library's own norm functions are off limits."""
 
-
-def first_group(model, loss_fn, x, y, optimizer, max_norm):
-    params = _backward(model, loss_fn, x, y, optimizer)
-    norm = _total(params)
-    nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], max_norm)
-    optimizer.step()
-    return norm
-
-
-def no_zero_grad(model, loss_fn, x, y, optimizer, max_norm):
-    loss_fn(model(x), y).backward()
-    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    optimizer.step()
-    return norm
-
-
-def always_rescaled(model, loss_fn, x, y, optimizer, max_norm):
-    params = _backward(model, loss_fn, x, y, optimizer)
-    norm = _total(params)
-    for p in params:
-        p.grad.mul_(max_norm / norm)
-    optimizer.step()
-    return norm
-
-
-# mistake -> (a step that makes exactly it, what to tell a learner whose parameters match)
-STEP_MISTAKES = {
-    "unclipped": (
-        demo.unclipped_step,
-        "parameters equal an UNCLIPPED step: clip after backward() and before step()",
-    ),
-    "by value": (
-        demo.by_value_step,
-        "you clipped each entry (by value); the exercise asks to clip the total norm",
-    ),
-    "per tensor": (
-        per_tensor,
-        "you clipped each tensor's norm on its own; clip_grad_norm_ scales every gradient by "
-        "one factor, from the norm of all of them together",
-    ),
-    "inf norm": (
-        inf_norm,
-        "you clipped the largest entry (norm_type=inf); the exercise clips the total 2-norm",
-    ),
-    "first group": (
-        first_group,
-        "you clipped only the first param group's parameters (the optimizer has two): clip "
-        "every parameter the optimizer updates",
-    ),
-    "no zero_grad": (
-        no_zero_grad,
-        "gradients accumulate from one step to the next: zero them before each backward()",
-    ),
-    "always rescaled": (
-        always_rescaled,
-        "you rescaled a gradient whose norm was already below max_norm; clipping only shortens "
-        "a gradient that is longer than max_norm",
-    ),
-}
-
-
-def diagnose_norm(got: float, model: nn.Module, norm_type: float) -> str:
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    per_tensor = [float(torch.linalg.vector_norm(g, norm_type)) for g in grads]
-    two = float(torch.linalg.vector_norm(torch.cat([g.flatten() for g in grads]), 2.0))
-    if got == 0.0:
-        return "you returned 0: was `parameters` (a generator) used up by a first loop?"
-    if math.isclose(got, sum(per_tensor), rel_tol=1e-4):
-        return (
-            "that is the SUM of the per-tensor norms; the total is the norm of the vector of norms"
+    def refuse(*args, **kwargs):
+        raise RuntimeError(
+            "compute the norm yourself: clip_grad_norm_/get_total_norm are off limits here"
         )
-    signed_max = max(float(g.max()) for g in grads)
-    if math.isinf(norm_type) and math.isclose(got, signed_max, rel_tol=1e-4):
-        return "that is the largest entry; the inf-norm is the largest |entry|: take abs() first"
-    outer_two = float(torch.linalg.vector_norm(torch.tensor(per_tensor), 2.0))
-    if norm_type != 2 and math.isclose(got, outer_two, rel_tol=1e-4):
-        return (
-            f"that is the 2-norm of the per-tensor {norm_type:g}-norms: combine them with the "
-            f"same norm_type ({norm_type:g})"
-        )
-    if math.isinf(norm_type) and math.isclose(got, two, rel_tol=1e-4):
-        return "that is the 2-norm; for norm_type=inf the total is the largest |gradient| entry"
-    if math.isclose(got, two, rel_tol=1e-4):
-        return "that is the 2-norm: use norm_type for every tensor and for the norm of norms"
-    return "it matches no usual mistake: print the per-tensor norms and compare"
+
+    names = ["clip_grad_norm_", "clip_grad_norm", "get_total_norm"]
+    with contextlib.ExitStack() as stack:
+        for module in (nn.utils, nn.utils.clip_grad):
+            for name in names:
+                if hasattr(module, name):
+                    stack.enter_context(mock.patch.object(module, name, refuse))
+        yield
 
 
-def which_statistic(answers: list[float | None], histories: list[list[float]]) -> str:
-    """A statistic is named only when it reproduces the learner's answer on every history."""
-    if len({a for a in answers}) == 1:
-        return " (the same number for every history: the threshold must come from the norms)"
-    finite = [[n for n in h if math.isfinite(n)] for h in histories]
-    candidates = {
-        "the mean of the finite norms": lambda f: sum(f) / len(f),
-        "the largest finite norm": max,
-        "the smallest norm": min,
-        "the first norm": lambda f: f[0],
-        "the last finite norm": lambda f: f[-1],
-    }
-    for what, stat in candidates.items():
-        if all(
-            a is not None and math.isclose(a, stat(f), rel_tol=1e-6)
-            for a, f in zip(answers, finite, strict=True)
-        ):
-            return f" (your answers equal {what} of each history)"
-    return ""
+# --- the probes ----------------------------------------------------------------------------
+
+
+@probe
+def total_norm_of(
+    total_grad_norm, seed: int, scale_exp: int, norm_type: float, as_list: bool = False
+) -> dict:
+    """The learner's norm of norm_case(seed, scale_exp)'s gradients, given model.parameters()
+    (a generator) or a list of them, with clip_grad_norm_ refused; and the gradients as the
+    call left them (it must only measure)."""
+    model = norm_case(seed, scale_exp)
+    params = list(model.parameters())
+    with _no_delegation():
+        got = total_grad_norm(list(params) if as_list else model.parameters(), norm_type)
+    return {"norm": got, "grads": [p.grad for p in params if p.grad is not None]}
+
+
+@probe
+def clipped_steps(clipped_step, seed: int, batch_seed: int, max_norm: float) -> dict:
+    """Two of the learner's steps on step_case(seed, batch_seed): the parameters after, and
+    the norm the second one returned."""
+    model, batches = step_case(seed, batch_seed)
+    params, norm = two_steps(clipped_step, model, batches, max_norm)
+    return {"params": params, "norm": norm}
+
+
+@probe
+def rnn_run(clipped_step, max_norm: float, steps: int, seed: int, tail: int) -> dict:
+    """demo.train_rnn with the learner's step: how many losses it logged, and the weights
+    each of the last `tail` logged steps started from (the check computes their losses)."""
+    starts: deque = deque(maxlen=tail)
+
+    def step(model, *args):
+        starts.append([p.detach().clone() for p in model.parameters()])
+        return clipped_step(model, *args)
+
+    log = demo.train_rnn(step, max_norm, steps=steps, seed=seed, label="yours")
+    return {"logged": len(log.loss), "starts": list(starts)}
+
+
+def rnn_losses(starts: list[list[torch.Tensor]], logged: int, seed: int) -> tuple[float, float]:
+    """(the start loss, the mean loss of the last logged steps) of a train_rnn run of `seed`
+    that logged `logged` losses, each computed here, as train_rnn logs it, from the weights
+    that step started from (`starts`, the last ones); inf where one is not finite."""
+    model, batches = demo.make_rnn(seed), demo.rnn_batches(seed + 1)
+    first, losses, start = logged - len(starts), [], math.nan
+    torch.set_flush_denormal(True)  # as train_rnn: a saturating RNN computes with denormals
+    try:
+        with torch.no_grad():
+            for i in range(logged):
+                x, y = next(batches)
+                if i == 0:
+                    start = float(nn.functional.mse_loss(model(x), y))
+                if i >= first:
+                    for p, w in zip(model.parameters(), starts[i - first], strict=True):
+                        p.copy_(w)
+                    losses.append(float(nn.functional.mse_loss(model(x), y)))
+    finally:
+        torch.set_flush_denormal(False)
+    final = sum(losses) / len(losses) if losses and all(map(math.isfinite, losses)) else math.inf
+    return start, final
+
+
+@probe
+def max_norm_for(choose_max_norm, norms: list[float]):
+    """The learner's threshold for one norm history (a list of floats, inf and NaN included)."""
+    return choose_max_norm(list(norms))
+
+
+@probe
+def amp_steps(amp_clipped_step, max_norm: float, seed: int) -> dict:
+    """Four calls of the learner's AMP step on amp_probes' scenario (the third with inf
+    gradients), and what was recorded while they ran, as data (amp_probes.as_data)."""
+    return amp_probes.as_data(amp_probes.amp_run(amp_clipped_step, max_norm, seed=seed))

@@ -10,10 +10,10 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from ...device import get_device, synchronize
 from ...measure import steady_cpu, time_fn
+from ...progress import tqdm
 from . import loop
 from .loop import HABITS, quiet
 
@@ -113,7 +113,9 @@ def conversion_timings(n_mib: int = 64) -> dict[str, float]:
 
 def eval_specimen(seed: int = 0) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
     """A small trained classifier with BatchNorm and Dropout (so train and eval mode differ),
-    and its validation data; returned in train mode, as a training loop leaves it."""
+    and its validation data; returned in train mode, as a training loop leaves it. Trained on
+    one CPU thread: with another thread count the 16 AdamW steps end elsewhere (up to 0.03 per
+    weight, torch 2.14), and the check's side and the learner's must build the same model."""
     data = loop.make_data(n=1024)
     torch.manual_seed(seed)
     model = nn.Sequential(
@@ -121,11 +123,16 @@ def eval_specimen(seed: int = 0) -> tuple[nn.Module, torch.Tensor, torch.Tensor]
     )
     optimizer = torch.optim.AdamW(model.parameters(), 1e-2)
     x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
-    for i in range(0, 1024, 64):
-        loss = nn.functional.cross_entropy(model(x[i : i + 64]), y[i : i + 64])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for i in range(0, 1024, 64):
+            loss = nn.functional.cross_entropy(model(x[i : i + 64]), y[i : i + 64])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    finally:
+        torch.set_num_threads(threads)
     return model.train(), torch.from_numpy(data.x_val), torch.from_numpy(data.y_val)
 
 

@@ -1,19 +1,22 @@
-"""Lesson 10's check of exercise 2, 10-evaluate: the colleague's evaluate, fixed. Hooks record
+"""Lesson 10's check of exercise 3, 10-evaluate: the colleague's evaluate, fixed. Hooks record
 which module types ran in train mode, so a message names only those; a call under no_grad
-must leave autograd off; the accuracy must be a Python float over every row."""
+must leave autograd off; the accuracy must be a Python float over every row. The learner's
+evaluate runs in a probe (probes.evaluation); the accuracy it must find is computed here."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import numbers
 
 import torch
 
 from ...checks import at_most, check, correct
-from ...memory import activation_bytes
-from . import demo
+from ...probes import observe, specimen_rng
+from .probes import eval_case, evaluation
 from .reference import reference_evaluate
+
+EVAL_ROWS = 7 * 64 + 13  # 7 batches of 64 and one of 13: batches do not divide
+EVAL_SEEDS = (0, 1, 2)  # demo.eval_specimen's seed, drawn per run (the first in a notebook)
 
 
 @check(
@@ -23,31 +26,27 @@ from .reference import reference_evaluate
     "does the colleague's code use, and how? Call your evaluate twice on a model in train "
     "mode and compare: the accuracy, model.training of every submodule, "
     "torch.is_grad_enabled(), and the accuracy over all rows at once.",
+    in_kernel="the bytes autograd saved (saved-tensor hooks), the module types that ran in "
+    "train mode (forward pre-hooks), the running buffers, autograd's state and every "
+    "submodule's mode after each call, read beside the learner's evaluate",
 )
 def check_evaluate(evaluate) -> list:
-    model, x, y = demo.eval_specimen()
-    x, y = x[:EVAL_ROWS], y[:EVAL_ROWS]  # 7 batches of 64 and one of 13: batches do not divide
+    seed = specimen_rng().choice(EVAL_SEEDS)
+    model, x, y = eval_case(seed, EVAL_ROWS)
     expected = reference_evaluate(model, x, y, 64)
-    buffers = {k: v.clone() for k, v in model.state_dict().items() if "running" in k}
-    result: list = []
-    grad_was = torch.is_grad_enabled()
-    with _training_seen(model) as training:  # which module types ran in train mode
-        saved = activation_bytes(lambda: result.append(evaluate(model, x, y, 64)))
-    grad_after = torch.is_grad_enabled()
-    torch.set_grad_enabled(grad_was)  # the rest of the check, and the notebook, need it back
-    got = result[0]
-    moved = [
-        k for k, v in model.state_dict().items() if k in buffers and not torch.equal(v, buffers[k])
+    seen = observe(evaluation, evaluate, seed, EVAL_ROWS, 64)
+    got = seen["accuracy"]
+    parts = [
+        at_most("nothing saved for backward", seen["saved"], 0, "bytes autograd saved", unit=" B")
     ]
-    parts = [at_most("nothing saved for backward", saved, 0, "bytes autograd saved", unit=" B")]
     number = isinstance(got, numbers.Real) and not isinstance(got, bool)
     ok = isinstance(got, numbers.Real | torch.Tensor) and abs(float(got) - expected) < 1e-6
-    cause = _train_mode_cause(training, moved) or (
+    cause = _train_mode_cause(set(seen["training"]), seen["moved"]) or (
         "" if ok else _accuracy_cause(got, model, x, y, 64)
     )
     said = f"you measured {got!r}, eval mode gives {expected:.4f}{cause}"
     parts.append(correct("accuracy", ok, said))
-    kind = type(got).__module__ + "." + type(got).__qualname__
+    kind = getattr(got, "type_name", None) or type(got).__module__ + "." + type(got).__qualname__
     parts.append(
         correct(
             "a Python float",
@@ -57,25 +56,17 @@ def check_evaluate(evaluate) -> list:
             else f"evaluate returns a {kind}, not a Python float: the exercise asks for a float",
         )
     )
-    parts.append(_modes_part("mode restored", model, training=True))
-    model.eval()
-    evaluate(model, x, y, 64)
-    torch.set_grad_enabled(grad_was)
-    parts.append(_modes_part("eval mode kept", model, training=False))
-    model.train()
-    with torch.no_grad():  # a caller with autograd already off must find it off afterwards
-        evaluate(model, x, y, 64)
-        off_kept = not torch.is_grad_enabled()
-    torch.set_grad_enabled(grad_was)
-    frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
+    parts.append(_modes_part("mode restored", seen["off_after_train"], training=True))
+    parts.append(_modes_part("eval mode kept", seen["off_after_eval"], training=False))
+    frozen = seen["frozen"]
     said = f"{len(frozen)} parameters no longer require grad" if frozen else "all still do"
     parts.append(correct("still trainable", not frozen, f"after evaluate: {said}"))
     parts.append(
         correct(
             "autograd left on",
-            grad_after == grad_was,
+            not seen["grad_changed"],
             "autograd is on after evaluate, as before"
-            if grad_after == grad_was
+            if not seen["grad_changed"]
             else "after evaluate autograd is OFF for the whole program (torch.is_grad_enabled() "
             "is False): switch it off only inside a `with torch.inference_mode():` block",
         )
@@ -83,37 +74,14 @@ def check_evaluate(evaluate) -> list:
     parts.append(
         correct(
             "autograd left off",
-            off_kept,
+            seen["off_kept"],
             "called under torch.no_grad(), autograd is still off after evaluate, as before"
-            if off_kept
+            if seen["off_kept"]
             else "called under torch.no_grad() (autograd off), evaluate returns with autograd "
             "ON: it switched autograd on instead of putting back the state it found",
         )
     )
     return parts
-
-
-@contextlib.contextmanager
-def _training_seen(model):
-    """The module types (BatchNorm, Dropout) that ran a forward in train mode meanwhile: a
-    forward pre-hook on each records module.training, so a message names only those."""
-    seen: set[str] = set()
-    kinds = {"BatchNorm": torch.nn.modules.batchnorm._BatchNorm, "Dropout": torch.nn.Dropout}
-
-    def hook(kind):
-        return lambda module, args: seen.add(kind) if module.training else None
-
-    handles = [
-        m.register_forward_pre_hook(hook(kind))
-        for m in model.modules()
-        for kind, cls in kinds.items()
-        if isinstance(m, cls)
-    ]
-    try:
-        yield seen
-    finally:
-        for h in handles:
-            h.remove()
 
 
 def _train_mode_cause(training: set[str], moved: list[str]) -> str:
@@ -134,14 +102,11 @@ def _train_mode_cause(training: set[str], moved: list[str]) -> str:
     )
 
 
-EVAL_ROWS = 7 * 64 + 13
-
-
 def _accuracy_cause(got, model, x, y, batch_size: int) -> str:
     """Name a batching mistake only when recomputing it reproduces the learner's number."""
     if not isinstance(got, float | int | torch.Tensor):
         return ""
-    probe = copy.deepcopy(model).eval()  # the learner's model keeps its modes, as they left them
+    probe = copy.deepcopy(model).eval()  # this side's own specimen, as the learner's began
     with torch.inference_mode():
         hits = [
             (probe(x[i : i + batch_size]).argmax(1) == y[i : i + batch_size]).float()
@@ -160,10 +125,10 @@ def _accuracy_cause(got, model, x, y, batch_size: int) -> str:
     return ""
 
 
-def _modes_part(name: str, model, *, training: bool):
-    """The mode of every submodule, not only the top one's flag."""
+def _modes_part(name: str, off: list[str], *, training: bool):
+    """The mode of every submodule, not only the top one's flag: `off` names those whose mode
+    is not `training` after the call ("the model" for the model itself)."""
     want = "train" if training else "eval"
-    off = [n or "the model" for n, m in model.named_modules() if m.training != training]
     if not off:
         said = f"a model in {want} mode before evaluate is in {want} mode after, every submodule"
     elif "the model" in off:
