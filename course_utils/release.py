@@ -39,7 +39,7 @@ LEFT_OUT = (  # relative to the package: instructor tools, and answers kept whol
     "lessons/distributed/reference_scripts.py",
     "lessons/fsdp/reference_scripts.py",
 )
-KEPT = frozenset({"ReferenceLAMB"})  # notebook 02's comparison optimizer, not an exercise's answer
+KEPT = frozenset({"ReferenceLAMB"})  # notebook 02b's comparison optimizer, not an exercise's answer
 ANSWERS_UNPREFIXED = frozenset({"exact_break_even"})  # answers not named reference_*
 DEFAULT_INSTALL = f"git+{REPOSITORY}"  # what authoring.setup_cell installs: the full course
 DEMO_TAG = "demo"
@@ -130,10 +130,15 @@ def _orphans(tree: ast.Module, removed: set[str]) -> list[ast.stmt]:
             if name not in gone:
                 used |= _names_used(node) - {name}
         used |= {n for stmt in tree.body if not _defined(stmt) for n in _names_used(stmt)}
-        orphans = {n for n in defs if n.startswith("_") and n not in gone and n not in used}
+        orphans = {n for n in defs if _private(n) and n not in gone and n not in used}
         if not orphans:
             return [defs[n] for n in sorted(gone - removed) if n in defs]
         gone |= orphans
+
+
+def _private(name: str) -> bool:
+    """`_name`, not a module's own `__dunder__` (a module `__getattr__` is used by name)."""
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
 def _defined(node: ast.stmt) -> str | None:

@@ -393,3 +393,54 @@ def test_a_timing_run_yields_its_segments_after_a_warm_up_and_times_only_its_own
     assert runs[-1].warmup.steps == ablation_mod.WARMUP_STEPS
     assert [s.steps for s in runs[-1].segments] == [2] * ablation_mod.SEGMENTS
     assert all(s.wall_s < 1.0 for s in runs[-1].segments)
+
+
+# --- judged as `course grade` judges: the check body here, the learner's side in a child ------
+
+
+@pytest.fixture
+def one_judged_pair(monkeypatch):
+    """One interleaved pair (the check's body runs in this process, so this reaches it): the
+    baseline and the learner's run timed for real once each."""
+    monkeypatch.setattr(capstone_checks, "PAIRS", 1)
+
+
+@pytest.fixture
+def redteam_importable(monkeypatch):
+    """The red team's module, importable here and in the judged child (tests/ and
+    tests/redteam/ on its path)."""
+    import os
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    paths = [str(here), str(here / "redteam")]
+    for path in paths:
+        monkeypatch.syspath_prepend(path)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]))
+    import test_11_capstone
+
+    return test_11_capstone
+
+
+def test_the_reference_passes_when_judged_outside_the_learners_process(one_judged_pair):
+    from judge_helpers import remote_verdict
+
+    verdict = remote_verdict(
+        "11-speedrun", "course_utils.lessons.capstone.reference:reference_speedrun"
+    )
+    assert verdict["status"] == "passed", verdict["message"]
+    assert "median of 1 interleaved pair on" in verdict["message"]
+
+
+def test_a_caught_test_split_read_fails_judged_as_in_a_notebook(
+    one_judged_pair, redteam_importable
+):
+    """The guard's record of the read is the kernel's: the probe returns it, the judge fails
+    the check on it, as a notebook's check does."""
+    from judge_helpers import remote_verdict
+
+    answer = redteam_importable.wrong_swallows_held_out_guard
+    here = failure(lesson.check_speedrun, answer)
+    verdict = remote_verdict("11-speedrun", "test_11_capstone:wrong_swallows_held_out_guard")
+    assert here.status == verdict["status"] == "failed", verdict["message"]
+    assert "held-out test split (`held_out_accuracy`)" in verdict["message"]

@@ -536,3 +536,79 @@ def test_the_check_scenario_is_a_skewed_mix_with_most_of_its_padded_slots_wasted
     docs = packing.check_docs()
     assert len(docs) == packing.N_DOCS
     assert 0.5 < text.waste(text.pad_batches(docs, 8, 256)).padding < 0.75
+
+
+# --- judged as `course grade` judges: the check body here, the learner's side in a child ------
+
+JUDGED_REFERENCES = [
+    ("12-sdpa-attention", "course_utils.lessons.transformers.reference:reference_attention"),
+    ("12-packing", "course_utils.lessons.transformers.reference:reference_make_batches"),
+    ("12-graph-break", "course_utils.lessons.transformers.reference:ReferenceBlock"),
+]
+# a wrong answer of the blind red team per check, its verdict in a notebook and in the judge
+JUDGED_WRONG = [
+    ("12-sdpa-attention", "check_attention", "wrong_mask_per_head"),  # memory, in the kernel
+    ("12-packing", "check_packing", "wrong_positions_none"),
+    ("12-graph-break", "check_graph_break", "wrong_float_instead_of_item"),
+]
+
+
+@pytest.fixture
+def redteam_importable(monkeypatch):
+    """The red team's module, importable here and in the judged child (tests/ and
+    tests/redteam/ on its path)."""
+    import os
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    paths = [str(here), str(here / "redteam")]
+    for path in paths:
+        monkeypatch.syspath_prepend(path)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]))
+    import test_12_blind
+
+    return test_12_blind
+
+
+@pytest.mark.parametrize(
+    "check_id, answer", JUDGED_REFERENCES, ids=[c for c, _ in JUDGED_REFERENCES]
+)
+def test_the_reference_passes_when_judged_outside_the_learners_process(check_id, answer):
+    from judge_helpers import remote_verdict
+
+    verdict = remote_verdict(check_id, answer)
+    assert verdict["status"] == "passed", verdict["message"]
+
+
+@pytest.mark.parametrize(
+    "check_id, check, answer", JUDGED_WRONG, ids=[c for c, _, _ in JUDGED_WRONG]
+)
+def test_a_wrong_answer_gets_the_same_verdict_judged_as_in_a_notebook(
+    redteam_importable, check_id, check, answer
+):
+    from check_helpers import status_of
+    from judge_helpers import remote_verdict
+
+    here = status_of(getattr(lesson, check), getattr(redteam_importable, answer))
+    verdict = remote_verdict(check_id, f"test_12_blind:{answer}")
+    assert here == verdict["status"] == "failed", verdict["message"]
+
+
+class BufferStat(lesson.ColleagueBlock):
+    """Valid: the statistic in a non-persistent 0-d buffer, written in place by each call."""
+
+    def __init__(self, cfg, attention=None):
+        super().__init__(cfg, attention)
+        self.register_buffer("last_rms", torch.zeros(()), persistent=False)
+
+    def forward(self, x, doc_ids=None):
+        h = self.attn(self.ln1(x), doc_ids)
+        x = x + h
+        self.last_rms.copy_(h.detach().pow(2).mean().sqrt())
+        return x + self.mlp(self.ln2(x))
+
+
+def test_the_graph_break_probe_reads_a_statistic_written_in_place_as_it_is_after_each_call():
+    """The probe returns every reading at its end: a buffer the next call overwrites must be
+    read (copied) when the reading is taken, not when the readings are sent."""
+    assert lesson.check_graph_break(BufferStat).status == "passed"

@@ -64,7 +64,22 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """`lesson.TARGET` / `lesson.BASELINE`: read when used, after `cu.setup` chose the mode."""
-    from . import recipe
+    """`lesson.TARGET` / `lesson.BASELINE`: read when used, after `cu.setup` chose the mode.
+    (Here, not by delegating to recipe's own `__getattr__`: the grading kernel's copy of
+    recipe.py, which withholds `fit`, drops its module-level private functions.)"""
+    if name == "TARGET":
+        return target()
+    if name == "BASELINE":
+        return baseline()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    return getattr(recipe, name)
+
+# harness functions that compute an exercise's answer under another name: the grading kernel
+# withholds them (course_utils.grading.kernel_harness). Each trains a recipe to its end: given
+# lesson.tuned_recipe() it is the reference speed-run (their @reference guard is bypassed by
+# `.__wrapped__`). The check's baseline runs where the check runs, never in the kernel.
+ANSWERS_ELSEWHERE = (
+    "course_utils.lessons.capstone.recipe:fit",
+    "course_utils.lessons.capstone.recipe:training",
+    "course_utils.lessons.capstone.recipe:train_recipe",
+)

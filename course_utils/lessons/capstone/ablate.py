@@ -8,11 +8,11 @@ import dataclasses
 import statistics
 
 import torch
-from tqdm.auto import tqdm
 
 from ...device import get_device
 from ...measure import steady_cpu
 from ...mode import pick
+from ...progress import tqdm
 from .data_path import decode_timed
 from .recipe import Recipe, Run, as_run, training, tuned_recipe
 from .recipe import baseline as _baseline

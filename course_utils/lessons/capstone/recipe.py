@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 from torch.utils.data import Dataset
-from tqdm.auto import tqdm
 
 from ...checks import reference
 from ...device import (
@@ -31,6 +30,7 @@ from ...device import (
 from ...measure import steady_cpu
 from ...mode import pick
 from ...models import ResNet9, SmallCNN
+from ...progress import tqdm
 from .data_path import Decoded, decode_all, device_batches, newcomer_loader
 from .splits import held_out_accuracy
 
@@ -191,6 +191,16 @@ def _step(scaler: torch.amp.GradScaler, opt: torch.optim.Optimizer, sched, loss)
 
 
 @reference
+def _cpu_clock() -> float:
+    """CPU seconds of this run. On one torch thread (the capstone's CPU setting), this
+    thread's alone: under `course grade` the judge runs the baseline in the process that
+    also serves papermill, whose work on the kernel's output must not count as the
+    baseline's (a kernel printing in a loop would slow the baseline it is compared with)."""
+    if torch.get_num_threads() == 1:
+        return time.thread_time()
+    return time.process_time()
+
+
 def fit(recipe: Recipe, dataset: Dataset, seed: int = 0, device=None, **options) -> Trained:
     """Train a fresh model with `recipe` for `epochs` (default: the recipe's), or only its
     first `max_steps` steps (a timing run), timed in segments of `segment_steps` steps (default:
@@ -232,7 +242,7 @@ def training(
     generator = torch.Generator().manual_seed(seed)
     fmt = torch.channels_last if recipe.channels_last else torch.contiguous_format
     synchronize(device)
-    start, start_cpu = time.perf_counter(), time.process_time()
+    start, start_cpu = time.perf_counter(), _cpu_clock()
     model = make_model(recipe).to(device, memory_format=fmt)
     opt = make_optimizer(recipe, model.parameters(), device)
     steps_per_epoch = len(dataset) // recipe.batch_size
@@ -251,7 +261,7 @@ def training(
     else:
         loader = newcomer_loader(dataset, recipe.batch_size, generator)
     synchronize(device)
-    run = Trained(model, time.perf_counter() - start, time.process_time() - start_cpu)
+    run = Trained(model, time.perf_counter() - start, _cpu_clock() - start_cpu)
     if recipe.data_on_device and decoded is not None:
         run.setup_s, run.setup_cpu_s = run.setup_s + decoded.wall_s, run.setup_cpu_s + decoded.cpu_s
     total = (
@@ -260,11 +270,11 @@ def training(
     own_bar = bar is None
     if own_bar:
         bar = tqdm(total=total, desc=label, unit="step", leave=leave)
-    mark = [time.perf_counter(), time.process_time(), 0]  # segment start: wall, CPU, steps
+    mark = [time.perf_counter(), _cpu_clock(), 0]  # segment start: wall, CPU, steps
 
     def close_segment() -> None:
         synchronize(device)
-        wall, cpu = time.perf_counter(), time.process_time()
+        wall, cpu = time.perf_counter(), _cpu_clock()
         done = Segment(run.steps - mark[2], wall - mark[0], cpu - mark[1])
         if warmup_steps and run.warmup is None:
             run.warmup = done
@@ -273,7 +283,7 @@ def training(
         mark[:] = [wall, cpu, run.steps]
 
     def restart_clocks() -> None:
-        mark[0], mark[1] = time.perf_counter(), time.process_time()
+        mark[0], mark[1] = time.perf_counter(), _cpu_clock()
 
     def segment_full() -> bool:
         if warmup_steps and run.warmup is None:

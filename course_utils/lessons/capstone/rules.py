@@ -1,41 +1,64 @@
 """What each timed call of a learner's speed-run must satisfy, judged from what was watched
-during it (watch.py) and from its model's held-out predictions: failing parts, or none, so
-the check can stop timing and say what is wrong. Each message names a cause only where a
-probe told it apart (the module births, the weights' sources, the images read, the scores
-under every renaming of the classes). `before_timing` asks them in order."""
+during it (watch.py, in the learner's kernel: probes.speedrun_watched) and from its model's
+held-out predictions, scored here against labels the kernel never sees: failing parts, or
+none, so the check can stop timing and say what is wrong. Each message names a cause only
+where a probe told it apart (the module births, the weights' sources, the images read, the
+scores under every renaming of the classes). `before_timing` asks them in order."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from torch import nn
+import torch
 
 from ...checks import correct
-from ...device import get_device
+from ...probes import LearnerRaised
 from .recipe import target
-from .splits import NUM_CLASSES, held_out_predictions
-from .watch import float32_refused
+from .splits import NUM_CLASSES
 
 
 @dataclass
 class LearnerRun:
-    """One timed call of the learner's speed-run and what was watched during it."""
+    """One timed call of the learner's speed-run and what was watched during it, as the probe
+    reported it (probes.speedrun_watched)."""
 
     wall: float
     cpu: float | None  # None where CPU seconds would not be the whole run
-    model: object
+    model_type: str  # the type of what the call returned
     seen: dict[str, int]  # fp16 regions and scaled losses (precision_watch)
     stale: list[str]  # modules of the returned model built before the call
     images_read: int  # distinct training images read (the data set's __getitem__)
     raw_reads: int = 0  # raw image arrays read (train_set.data) or sent to DataLoader workers
     from_before: dict[str, str] = field(default_factory=dict)  # weights with earlier values
+    is_module: bool = True  # it returned an nn.Module
+    refused: str | None = None  # watch.float32_refused on the returned model
+    refused_raised: dict | None = None  # what the model raised there (probes.raised)
+    predicted: torch.Tensor | None = None  # its classes for the held-out images sent
+    predict_raised: dict | None = None  # what the model raised there
+
+
+@dataclass
+class Predictions:
+    """A model's classes for the held-out images the check sent, in the order it sent them,
+    and those images' labels (the check's own)."""
+
+    predicted: torch.Tensor
+    labels: torch.Tensor
+
+
+def reraise(told: dict):
+    """Raise what the learner's code raised in the kernel, where the check needs its result
+    (the probe caught it, so that an earlier rule could still speak first)."""
+    if told.get("type") == "NotImplementedError":
+        raise NotImplementedError(told.get("message", ""))
+    raise LearnerRaised(str(told.get("type")), str(told.get("message", "")), told.get("where", ""))
 
 
 def first_run(run: LearnerRun) -> list:
     """What the first run must satisfy before it is worth timing; failing parts, or none."""
-    model, seen = run.model, run.seen
-    if not isinstance(model, nn.Module):
-        what = f"speedrun returned {type(model).__name__}, expected the trained nn.Module"
+    seen = run.seen
+    if not run.is_module:
+        what = f"speedrun returned {run.model_type}, expected the trained nn.Module"
         return [correct("model", False, what)]
     if seen["fp16"] and not seen["scaled"]:
         return [
@@ -48,7 +71,9 @@ def first_run(run: LearnerRun) -> list:
                 "scaler.update()), as lesson 04 does; bf16 needs none",
             )
         ]
-    if refused := float32_refused(model, get_device()):
+    if run.refused_raised is not None:
+        reraise(run.refused_raised)
+    if refused := run.refused:
         return [
             correct(
                 "takes float32 images",
@@ -117,10 +142,12 @@ def reads_images(run: LearnerRun, i: int) -> list:
     ]
 
 
-def scores(model: nn.Module) -> list[float]:
+def scores(predictions: Predictions) -> list[float]:
     """Held-out accuracy under every renaming of the classes: item k is the accuracy when
     label c is read as (c + k) mod 10."""
-    predicted, y = held_out_predictions(model)
+    predicted, y = predictions.predicted.to(predictions.labels.device), predictions.labels
+    if predicted.shape != y.shape:
+        raise ValueError(f"{tuple(predicted.shape)} predictions for {len(y)} held-out images")
     return [float((predicted == (y + k) % NUM_CLASSES).float().mean()) for k in range(NUM_CLASSES)]
 
 

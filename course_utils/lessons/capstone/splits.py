@@ -41,13 +41,19 @@ def _held_out(source: str, n_test: int | None) -> tuple[torch.Tensor, torch.Tens
 
 
 @held_out
+def held_out_set() -> tuple[torch.Tensor, torch.Tensor]:
+    """The test split as the check judges on it: normalised float NCHW images, their labels."""
+    return _held_out(dataset_source(), pick(quick=1_000, full=None))
+
+
+@held_out
 def held_out_predictions(
     model: nn.Module, device: torch.device | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The model's top-1 class for each test image (normalised float NCHW, eval mode), and
     the true labels."""
     device = device or get_device()
-    x, y = _held_out(dataset_source(), pick(quick=1_000, full=None))
+    x, y = held_out_set.__wrapped__()
     was_training = model.training
     model.eval()
     with torch.no_grad():

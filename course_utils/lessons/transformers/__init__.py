@@ -104,3 +104,9 @@ __all__ = [
     "train",
     "waste",
 ]
+
+# harness functions that compute an exercise's answer under another name: the grading kernel
+# withholds them (course_utils.grading.kernel_harness). flex_attention_docs is exercise 1's
+# attention within documents (FlexAttention, fused and compiled on a GPU); the model's own
+# SDPA is written out in SelfAttention.forward, not as a function of q, k, v.
+ANSWERS_ELSEWHERE = ("course_utils.lessons.transformers.attention:flex_attention_docs",)

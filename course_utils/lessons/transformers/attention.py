@@ -37,17 +37,6 @@ def naive_attention(q, k, v, doc_ids=None):
     return torch.softmax(scores, dim=-1) @ v
 
 
-def masked_sdpa(q, k, v, doc_ids=None):
-    """The model's fused attention (SDPA): `is_causal` without documents, else one boolean
-    mask, causal and block-diagonal, shared by the heads. Not graded code: the lesson's
-    models and checks run it."""
-    if doc_ids is None:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=allowed(doc_ids, q.shape[-2], q.device)
-    )
-
-
 def score_bytes(B: int, H: int, T: int, dtype=torch.float32) -> int:
     """Bytes of one (B, H, T, T) score matrix: what the hand-written attention stores."""
     return B * H * T * T * torch.finfo(dtype).bits // 8

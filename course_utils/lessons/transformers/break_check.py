@@ -1,23 +1,40 @@
 """Lesson 12's graph-break check: the learner's block compiles into one graph and behaves as
 the colleague's everywhere the training loop and the dashboard look: the output with and
 without documents, the parameter gradients, and `last_rms` after an eager and a compiled
-call. Its limits are in checks.THRESHOLDS."""
+call. Its limits are in checks.THRESHOLDS. The learner's block runs only in a probe
+(probes.block_readings), given the colleague's weights; the colleague's numbers are computed
+here."""
 
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from ...checks import Part, at_most, check, correct, not_applicable
-from ...guards import _as_learner
+from ...probes import observe, specimen_rng
 from .attention import random_docs
-from .checks import HINTS, THRESHOLDS
-from .compiling import block_input, block_pair, graphs_of
-from .reference import ReferenceBlock
+from .checks import HINTS, THRESHOLDS, reraise
+from .compiling import BLOCK_CONFIG, ColleagueBlock, block_input
+from .probes import block_readings, output_gradient
 
-_run = _as_learner(lambda fn, *args: fn(*args))
 N_DOCS = 4  # documents per row of the doc_ids probe
-COMPILED_INPUT = (3, 17, 2)  # (B, T, seed): another input for the compiled call
+# The specimens, drawn per run in the judge (probes.specimen_rng: the first in a notebook,
+# the ones the evidence was measured on): the colleague's weights (a seed), the input with and
+# without doc_ids ((B, T, seed), the doc_ids' seed), another input for the compiled call. Every
+# valid block gives exactly the colleague's numbers whatever they are (the evidence: 0), and
+# each wrong one differs on any of them
+WEIGHT_SEEDS = (0, 5, 6)
+INPUTS = ((2, 24, 1), (2, 20, 4), (3, 16, 5))
+DOC_SEEDS = (1, 7, 8)
+COMPILED_INPUTS = ((3, 17, 2), (2, 19, 9), (4, 13, 10))
+GRAD_SEED = 3  # the output gradient of the gradients' probe
+
+
+def colleague_block(seed: int) -> ColleagueBlock:
+    """The colleague's block with the weights drawn from `seed` (compiling.block_pair's), made
+    without touching this process's random state."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return ColleagueBlock(BLOCK_CONFIG)
 
 
 def _number(value) -> float | None:
@@ -27,7 +44,7 @@ def _number(value) -> float | None:
 
 
 def _gap(a: torch.Tensor, b: torch.Tensor) -> float:
-    return (a.detach() - b.detach()).abs().max().item()
+    return (a.detach() - b.detach().to(a.device)).abs().max().item()
 
 
 def _output(want: torch.Tensor, got: torch.Tensor, want_docs, got_docs) -> Part:
@@ -50,17 +67,17 @@ def _output(want: torch.Tensor, got: torch.Tensor, want_docs, got_docs) -> Part:
     return part
 
 
-def _grads(module: nn.Module, out: torch.Tensor, g: torch.Tensor) -> dict:
-    names, params = zip(*module.named_parameters(), strict=True)
-    return dict(zip(names, torch.autograd.grad(out, params, g, allow_unused=True), strict=True))
-
-
-def _gradients(colleague: nn.Module, mine: nn.Module, want: torch.Tensor, got) -> Part:
-    """Parameter gradients of the same output gradient: training must not change."""
-    if not got.requires_grad:
+def _gradients(colleague, want: torch.Tensor, seen: dict) -> Part:
+    """Parameter gradients of the same output gradient: training must not change. The
+    learner's come from its kernel (probes.block_readings), the colleague's from here."""
+    if not seen["docs"]["requires_grad"]:
         return correct("same gradients", False, "the output does not require grad: nothing trains")
-    g = torch.randn(want.shape, generator=torch.Generator().manual_seed(3))
-    theirs, yours = _grads(colleague, want, g), _grads(mine, got, g)
+    if seen["grad_raised"] is not None:
+        reraise(seen["grad_raised"])
+    g = output_gradient(want.shape, GRAD_SEED)
+    names, params = zip(*colleague.named_parameters(), strict=True)
+    theirs = dict(zip(names, torch.autograd.grad(want, params, g, allow_unused=True), strict=True))
+    yours = seen["grads"]
     none = [n for n in theirs if yours.get(n) is None]
     if none:
         listed = ", ".join(none[:4]) + (f" and {len(none) - 4} more" if len(none) > 4 else "")
@@ -78,16 +95,21 @@ def _gradients(colleague: nn.Module, mine: nn.Module, want: torch.Tensor, got) -
     return part
 
 
-def _statistic(stat: float, kept) -> Part:
-    value = _number(kept)
+def _kept_number(kept: dict) -> float | None:
+    """A `last_rms` as probes._kept describes it, read as the dashboard reads it."""
+    return _number(kept["value"])
+
+
+def _statistic(stat: float, kept: dict) -> Part:
+    value = _kept_number(kept)
     if value is None:
         msg = (
-            f"last_rms is {type(kept).__name__}: the dashboard reads a number (or a one-element "
+            f"last_rms is {kept['type']}: the dashboard reads a number (or a one-element "
             "tensor) there"
         )
         return correct("statistic kept", False, msg)
     rel = abs(value - stat) / abs(stat)
-    holds = isinstance(kept, torch.Tensor) and kept.requires_grad
+    holds = bool(kept["requires_grad"])
     ok = rel <= THRESHOLDS["rms_rtol"].value and not holds
     msg = f"last_rms is {value:.6g}, the colleague's {stat:.6g}" + (
         "; it requires grad, so it keeps this step's whole autograd graph (activations "
@@ -98,13 +120,13 @@ def _statistic(stat: float, kept) -> Part:
     return correct("statistic kept", ok, msg)
 
 
-def _compiled_statistic(stat: float, before: float | None, kept) -> Part:
+def _compiled_statistic(stat: float, before: float | None, kept: dict) -> Part:
     """last_rms after a compiled call on another input: a block that records it only outside
     compilation still holds the previous call's value."""
-    value, rtol = _number(kept), THRESHOLDS["rms_rtol"].value
+    value, rtol = _kept_number(kept), THRESHOLDS["rms_rtol"].value
     said = "after a compiled call on another input, last_rms is"
     if value is None:
-        return correct("statistic when compiled", False, f"{said} {type(kept).__name__}")
+        return correct("statistic when compiled", False, f"{said} {kept['type']}")
     if abs(value - stat) <= rtol * abs(stat):
         return correct("statistic when compiled", True, f"{said} {value:.6g}, as the colleague's")
     if before is not None and abs(value - before) <= rtol * abs(before):
@@ -117,41 +139,55 @@ def _compiled_statistic(stat: float, before: float | None, kept) -> Part:
     return correct("statistic when compiled", False, msg)
 
 
-def _one_graph(run, mine: nn.Module, x: torch.Tensor) -> Part:
-    g = run(graphs_of, mine, x)
-    one = g.graphs == 1 and g.breaks == 0 and g.ops > 0
-    why = f"{g.graphs} graph(s), {max(g.breaks, 0)} break(s), {g.ops} ops captured"
-    if g.reasons:
-        why += f"; first break at {g.reasons[0]}"
-    elif g.graphs == 0 or g.ops == 0:
+def _one_graph(g: dict) -> Part:
+    """What TorchDynamo's explain made of the learner's block (counted in its kernel)."""
+    graphs, breaks, ops, reasons = g["graphs"], g["breaks"], g["ops"], g["reasons"]
+    one = graphs == 1 and breaks == 0 and ops > 0
+    why = f"{graphs} graph(s), {max(breaks, 0)} break(s), {ops} ops captured"
+    if reasons:
+        why += f"; first break at {reasons[0]}"
+    elif graphs == 0 or ops == 0:
         why += ": TorchDynamo captured nothing (is the forward excluded from compilation?)"
-    return correct("one graph", one, why + " (TorchDynamo's default settings)", value=g.graphs)
+    return correct("one graph", one, why + " (TorchDynamo's default settings)", value=graphs)
 
 
-@check("12-graph-break", points=2, hint=HINTS["graph_break"])
+@check(
+    "12-graph-break",
+    points=2,
+    hint=HINTS["graph_break"],
+    in_kernel="the block's graphs and breaks, counted by TorchDynamo's explain in the kernel",
+)
 def check_graph_break(block_cls):
-    run = (lambda fn, *a: fn(*a)) if block_cls is ReferenceBlock else _run
-    colleague, mine = block_pair(block_cls)
-    x = block_input()
-    want, got = colleague(x), run(mine, x)
-    stat = _statistic(_number(colleague.last_rms), getattr(mine, "last_rms", None))
-    doc_ids = random_docs(x.shape[0], x.shape[1], N_DOCS, seed=1)
-    want_docs, got_docs = colleague(x, doc_ids), run(mine, x, doc_ids)
-    output = _output(want, got, want_docs, got_docs)
+    rng = specimen_rng()
+    seed, (B, T, x_seed) = rng.choice(WEIGHT_SEEDS), rng.choice(INPUTS)
+    doc_seed, compiled_spec = rng.choice(DOC_SEEDS), rng.choice(COMPILED_INPUTS)
+    colleague = colleague_block(seed)
+    seen = observe(
+        block_readings,
+        block_cls,
+        colleague.state_dict(),
+        [B, T, x_seed],
+        doc_seed,
+        N_DOCS,
+        list(compiled_spec),
+        GRAD_SEED,
+    )
+    x = block_input(B, T, seed=x_seed)
+    want = colleague(x)
+    stat = _statistic(_number(colleague.last_rms), seen["stat"])
+    want_docs = colleague(x, random_docs(B, T, N_DOCS, seed=doc_seed))
+    output = _output(want, seen["plain"]["out"], want_docs, seen["docs"]["out"])
     if output.status == "failed":
         grads = not_applicable("same gradients", "not compared: the outputs differ")
     else:
-        grads = _gradients(colleague, mine, want_docs, got_docs)
+        grads = _gradients(colleague, want_docs, seen)
     parts = [output, grads, stat]
-    before = _number(getattr(mine, "last_rms", None))
-    B, T, seed = COMPILED_INPUT
-    x2 = block_input(B, T, seed=seed)
-    graph = _one_graph(run, mine, x2)  # explain runs the compiled forward once
+    before = _kept_number(seen["before"])
+    graph = _one_graph(seen["graphs"])
     if stat.status == "failed":
         compiled = not_applicable("statistic when compiled", "not read: fix the statistic first")
     else:
-        colleague(x2)
-        compiled = _compiled_statistic(
-            _number(colleague.last_rms), before, getattr(mine, "last_rms", None)
-        )
+        B2, T2, seed2 = compiled_spec
+        colleague(block_input(B2, T2, seed=seed2))
+        compiled = _compiled_statistic(_number(colleague.last_rms), before, seen["after"])
     return parts + [compiled, graph]

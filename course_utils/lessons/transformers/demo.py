@@ -9,11 +9,11 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import trange
 
 from ...device import autocast, get_device, synchronize
 from ...measure import Comparison, compare, steady_cpu
 from ...memory import tensor_peak_bytes
+from ...progress import trange
 from .attention import naive_attention, qkv, score_bytes
 from .model import TinyGPT, build, config, loss
 from .text import Batch, lm_batches, pad_batches, waste

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...mode import pick
-from .attention import masked_sdpa
+from .attention import allowed
 from .text import IGNORE, VOCAB, Batch
 
 
@@ -40,17 +40,27 @@ def config() -> Config:
 
 
 class SelfAttention(nn.Module):
+    """Multi-head causal self-attention. `attention(q, k, v, doc_ids)`: the function that
+    attends; None: the lesson's fused one, SDPA, written out in `forward` (not a function of
+    q, k, v: that would be exercise 1's answer under another name, which the grading kernel
+    must not hold)."""
+
     def __init__(self, cfg: Config, attention: Callable | None = None):
         super().__init__()
         self.n_head = cfg.n_head
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
-        self.attention = attention or masked_sdpa
+        self.attention = attention
 
     def forward(self, x: torch.Tensor, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
-        y = self.attention(q, k, v, doc_ids)  # (B, H, T, D)
+        if self.attention is not None:
+            y = self.attention(q, k, v, doc_ids)  # (B, H, T, D)
+        elif doc_ids is None:  # SDPA: is_causal, no mask
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # one boolean mask, causal and within each document, shared by the heads
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed(doc_ids, T, x.device))
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
 
@@ -87,7 +97,7 @@ class TinyGPT(nn.Module):
 
     def set_attention(self, attention: Callable | None) -> TinyGPT:
         for block in self.blocks:
-            block.attn.attention = attention or masked_sdpa
+            block.attn.attention = attention
         return self
 
     def forward(self, tokens, positions=None, doc_ids=None) -> torch.Tensor:

@@ -1,5 +1,10 @@
 """Lesson 12's packing check: the learner's batches hold every document once, whole, train
-to the same loss as each document alone, and train faster per real token than padding."""
+to the same loss as each document alone, and train faster per real token than padding.
+
+The learner's function runs only in a probe (probes.batches_made), which returns its batches
+as tensors; reading them, the loss and the timing (the model trained on the learner's batches
+against padding, interleaved) all run here, on that data: nothing of the verdict is measured
+beside the learner's code."""
 
 from __future__ import annotations
 
@@ -9,8 +14,10 @@ from ...checks import Threshold, at_least, check, correct, not_applicable, retry
 from ...device import get_device
 from ...measure import compare, steady_cpu
 from ...mode import pick
+from ...probes import observe, specimen_rng
 from . import packing
-from .text import pad_batches
+from .probes import BATCH_FIELDS, batches_made
+from .text import Batch, pad_batches
 
 THRESHOLDS = {
     "loss_rtol": Threshold(
@@ -49,9 +56,19 @@ def _listed(name: str, problems: list[str], fine: str):
     return correct(name, not problems, problems[0] + more if problems else fine)
 
 
-def _read(make_batches, docs, rows: int, row_len: int) -> tuple[list, packing.Layout, list[str]]:
-    """The learner's batches for these documents and sizes, what they hold, what is missing."""
-    batches = list(make_batches([d.clone() for d in docs], rows, row_len))
+# the second call's sizes (rows, row_len), drawn per run in the judge (probes.specimen_rng:
+# the first in a notebook): it is given the check's short documents (all under 97 bytes),
+# which fit each, and is only read, never timed
+OTHER_SIZES = ((packing.OTHER_ROWS, packing.OTHER_ROW_LEN), (5, 112), (4, 120), (3, 104))
+
+
+def _read(
+    make_batches, docs, rows: int, row_len: int, short_only: bool
+) -> tuple[list, packing.Layout, list[str]]:
+    """The learner's batches for these documents and sizes (made in the learner's kernel,
+    returned as tensors), what they hold, what is missing."""
+    made = observe(batches_made, make_batches, rows, row_len, short_only)
+    batches = [Batch(*(fields[name] for name in BATCH_FIELDS)) for fields in made]
     layout = packing.read_layout(batches)
     return batches, layout, packing.coverage(layout, docs)
 
@@ -71,11 +88,11 @@ def _size(layout: packing.Layout, rows: int, row_len: int, first: bool) -> str |
 
 @check("12-packing", points=3, hint=HINT)
 def check_packing(make_batches):
-    docs, other = packing.check_docs(), packing.other_docs()
+    sizes = specimen_rng().choice(OTHER_SIZES)
+    docs, other = packing.check_docs(), packing.other_docs(sizes[1])
     rows, row_len = packing.ROWS, packing.ROW_LEN
-    batches, layout, missing = _read(make_batches, docs, rows, row_len)
-    sizes = (packing.OTHER_ROWS, packing.OTHER_ROW_LEN)
-    _, again, missing_again = _read(make_batches, other, *sizes)
+    batches, layout, missing = _read(make_batches, docs, rows, row_len, False)
+    _, again, missing_again = _read(make_batches, other, *sizes, True)
     said = f"called with rows={sizes[0]}, row_len={sizes[1]}: "
 
     def found(kind: str) -> list[str]:

@@ -43,9 +43,10 @@ def check_docs() -> list[torch.Tensor]:
     return [mixed[i] for i in order]
 
 
-def other_docs() -> list[torch.Tensor]:
-    """The check's documents that fit OTHER_ROW_LEN: its 40 short ones, in the same order."""
-    return [d for d in check_docs() if len(d) <= OTHER_ROW_LEN]
+def other_docs(row_len: int = OTHER_ROW_LEN) -> list[torch.Tensor]:
+    """The check's documents that fit `row_len` (SHORT to LONG - 1: its 40 short ones), in
+    the same order."""
+    return [d for d in check_docs() if len(d) <= row_len]
 
 
 def probe_model(seed: int = 0, attention=naive_attention) -> TinyGPT:
