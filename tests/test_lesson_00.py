@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 
 import pytest
 import torch
-from check_helpers import failure, not_attempted, status_of
+from check_helpers import cells_of, failure, not_attempted, status_of
+from judge_helpers import remote_verdict
 from torch.profiler import ProfilerActivity, profile
 
 from course_utils.lessons import measuring as lesson
@@ -139,7 +141,7 @@ def _samples_timer(*, warmup_calls=None, repeat_calls=None, time_warmup=False, s
         (_samples_timer(repeat_calls=5), ["ignores `repeats`"]),
         (
             _samples_timer(warmup_calls=3),
-            ["ignores `warmup`", "in 4 calls to step(), not 7: a call that pays the one-off"],
+            ["ignores `warmup`", "in 4 calls to step(), not 5: a call that pays the one-off"],
         ),
         (_samples_timer(time_warmup=True), ["the warm-up calls were timed as samples"]),
     ],
@@ -151,6 +153,93 @@ def test_step_timer_check_names_ignored_arguments_and_the_statistic(wrong, cause
     for cause in causes:
         assert cause in exc.summary
     assert "queued work" not in exc.summary and "the launch" not in exc.summary
+
+
+def _no_sync_after_warmup(statistic):
+    """A timer whose warm-up is left queued, with a statistic that hides the spilled sample on
+    an even count (issue 34's fresh blind set: the lower median of two passed)."""
+
+    def time_step(step, synchronize, warmup=3, repeats=10):
+        for _ in range(warmup):
+            step()
+        samples = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            step()
+            synchronize()
+            samples.append(time.perf_counter() - t0)
+        return statistic(samples)
+
+    return time_step
+
+
+def _sorted_lower(samples):
+    return sorted(samples)[(len(samples) - 1) // 2]
+
+
+def _torch_median(samples):
+    return torch.tensor(samples).median().item()  # the lower of the two middle values
+
+
+def _unsorted_middle(samples):
+    return samples[len(samples) // 2]
+
+
+def _without_first(samples):
+    return statistics.median(samples[1:])
+
+
+@pytest.mark.parametrize(
+    ("wrong", "causes"),
+    [
+        (_no_sync_after_warmup(statistics.median_low), ["warm-up calls' queued work"]),
+        (_no_sync_after_warmup(_torch_median), ["warm-up calls' queued work"]),
+        (_no_sync_after_warmup(_sorted_lower), ["warm-up calls' queued work"]),
+        (_no_sync_after_warmup(_without_first), ["raised StatisticsError", "1 included"]),
+        (_samples_timer(stat=_unsorted_middle), ["the middle of the run, not the middle value"]),
+        (_samples_timer(stat=max), ["the slowest sample (the maximum)"]),
+        (_samples_timer(warmup_calls=None, stat=_without_first), ["raised StatisticsError"]),
+    ],
+    ids=[
+        "median-low",
+        "torch-median",
+        "sorted-lower",
+        "drops-first-sample",
+        "unsorted-middle",
+        "maximum",
+        "drops-first-synced",
+    ],
+)
+def test_step_timer_check_closes_issue_34s_holes_and_names_the_cause(wrong, causes):
+    """Holes a fresh blind set found: a lower median of two hid a warm-up left queued (the
+    short run now takes one sample), the middle sample in time order read the right value
+    (the slow call is now that sample), and a timer that drops its first sample."""
+    exc = failure(lesson.check_step_timer, wrong)
+    assert exc.status == "failed"
+    for cause in causes:
+        assert cause in exc.summary
+    assert "a mean (or a sum)" not in exc.summary
+
+
+def test_step_timer_check_fails_one_warm_up_call_short_and_names_it():
+    """`warmup - 1` warm-up calls: the count follows both arguments one for one, yet is one
+    short; the short run (warmup=4, its 4 slow calls) times the 4th, slow call."""
+
+    def one_short(step, synchronize, warmup=3, repeats=10):
+        return _samples_timer()(step, synchronize, warmup - 1, repeats)
+
+    exc = failure(lesson.check_step_timer, one_short)
+    assert "1 call(s) short of warmup + repeats" in exc.summary
+    assert "in 4 calls to step(), not 5" in exc.summary
+
+
+def test_step_timer_check_passes_a_sample_dropped_among_repeats_plus_one():
+    """Valid: repeats + 1 samples with the first (holding the queued warm-up) dropped."""
+
+    def extra_sample(step, synchronize, warmup=3, repeats=10):
+        return _no_sync_after_warmup(_without_first)(step, synchronize, warmup, repeats + 1)
+
+    assert lesson.check_step_timer(extra_sample).status == "passed"
 
 
 def test_step_timer_check_passes_a_fixed_extra_call():
@@ -405,3 +494,47 @@ def test_cuda_event_timing_warms_up_before_the_first_recorded_event(monkeypatch)
     first = events.index("record")
     assert "call" in events[:first] and events[first - 1] == "sync"
     assert events[first:] == ["record", "call", "record"] * 2 + ["sync"]
+
+
+def test_slowest_op_check_fails_the_notebooks_colleague_naming_both_faults():
+    """Exercise 4 is a diagnosis (issue 34): the colleague's function in the notebook profiles
+    the first call and ranks by total time; the check names both faults."""
+    colleague = cells_of("00_measuring", "00_measuring-ex4-colleague", lesson=lesson)[
+        "colleagues_slowest_op"
+    ]
+    exc = failure(lesson.check_slowest_op, colleague)
+    assert "ranks by total" in exc.summary or "*total* time includes" in exc.summary
+    assert "ran only in the first call" in exc.summary
+
+
+# --- judged as `course grade` judges: the learner's side in another process --------------------
+
+REFERENCE = "course_utils.lessons.measuring.reference"
+median_low_no_sync = _no_sync_after_warmup(statistics.median_low)
+
+
+def colleagues_slowest_op(step):
+    """The notebook's colleague (cell 00_measuring-ex4-colleague), importable by the child."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    return max(prof.key_averages(), key=lambda row: row.cpu_time_total).key
+
+
+@pytest.mark.parametrize(
+    "check_id, reference, wrong, cause",
+    [
+        ("00-step-timer", "reference_time_step", "median_low_no_sync", "queued work"),
+        ("00-slowest-op", "reference_slowest_op", "colleagues_slowest_op", "first call"),
+    ],
+    ids=["00-step-timer", "00-slowest-op"],
+)
+def test_judged_remotely_the_reference_passes_and_a_mistake_fails(
+    monkeypatch, check_id, reference, wrong, cause
+):
+    """The check body in this process (the judge), every call to the answer in a child (the
+    kernel) through probes: the reference passes; a wrong answer fails, told its cause."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent))
+    judged = remote_verdict(check_id, f"{REFERENCE}:{reference}")
+    assert judged["status"] == "passed", judged["message"]
+    judged = remote_verdict(check_id, f"test_lesson_00:{wrong}")
+    assert judged["status"] == "failed" and cause in judged["message"], judged["message"]

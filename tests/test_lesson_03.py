@@ -8,6 +8,7 @@ the test fixes what the harness's parallel-capacity probe reports.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from pathlib import Path
@@ -300,7 +301,9 @@ def test_worker_knee_is_the_fewest_workers_within_ten_percent_of_the_fastest():
 # --- exercise 3: the batch on the device ----------------------------------------------------
 
 
+@functools.cache
 def _stats(device, mean, std):
+    """mean and std as (1, C, 1, 1) on `device`, made once per (device, mean, std)."""
     return (
         torch.tensor(mean, device=device).view(1, -1, 1, 1),
         torch.tensor(std, device=device).view(1, -1, 1, 1),
@@ -310,20 +313,20 @@ def _stats(device, mean, std):
 def to_device(batch, device, mean, std):
     images, labels = batch
     images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
-    m, s = _stats(images.device, mean, std)
+    m, s = _stats(images.device, tuple(mean), tuple(std))
     return (images.float() / 255 - m) / s, labels
 
 
 def to_device_with_sub_div(batch, device, mean, std):
     """A valid alternative: normalise in place with Tensor.sub_/div_ and a dtype conversion."""
     images, labels = (t.to(device=device, non_blocking=True) for t in batch)
-    m, s = _stats(device, mean, std)
+    m, s = _stats(torch.device(device), tuple(mean), tuple(std))
     return images.to(torch.float32).div_(255).sub_(m).div_(s), labels
 
 
 def float_before_copy(batch, device, mean, std):
     images, labels = batch
-    m, s = _stats("cpu", mean, std)
+    m, s = _stats(torch.device("cpu"), tuple(mean), tuple(std))
     images = (images.float() / 255 - m) / s
     return images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
 
@@ -335,13 +338,13 @@ def pin_then_copy(batch, device, mean, std):
 
 def blocking(batch, device, mean, std):
     images, labels = (t.to(device) for t in batch)
-    m, s = _stats(images.device, mean, std)
+    m, s = _stats(images.device, tuple(mean), tuple(std))
     return (images.float() / 255 - m) / s, labels
 
 
 def no_255(batch, device, mean, std):
     images, labels = (t.to(device, non_blocking=True) for t in batch)
-    m, s = _stats(images.device, mean, std)
+    m, s = _stats(images.device, tuple(mean), tuple(std))
     return (images.float() - m) / s, labels
 
 
@@ -349,7 +352,83 @@ def cifar_constants(batch, device, mean, std):
     return to_device(batch, device, CIFAR_MEAN, CIFAR_STD)
 
 
-@pytest.mark.parametrize("answer", [to_device, to_device_with_sub_div])
+def constants_per_batch(batch, device, mean, std):
+    """Mean and std made on the device from Python values on every batch (as torchvision's
+    Normalize does): a blocking copy per batch, each a stream synchronisation on a GPU."""
+    images, labels = (t.to(device, non_blocking=True) for t in batch)
+    m = torch.tensor(mean, device=images.device).view(1, -1, 1, 1)
+    s = torch.tensor(std, device=images.device).view(1, -1, 1, 1)
+    return (images.float() / 255 - m) / s, labels
+
+
+_HOST = {}
+
+
+def constants_moved_per_batch(batch, device, mean, std):
+    """Mean and std kept on the host, once, and moved to the device on every batch."""
+    images, labels = (t.to(device, non_blocking=True) for t in batch)
+    key = (tuple(mean), tuple(std))
+    if key not in _HOST:
+        _HOST[key] = [torch.tensor(v).view(1, -1, 1, 1) for v in key]
+    m, s = (t.to(images.device) for t in _HOST[key])
+    return (images.float() / 255 - m) / s, labels
+
+
+_BY_DEVICE = {}
+
+
+def constants_keyed_by_device(batch, device, mean, std):
+    """Made once per device, but the first call's mean and std kept for every later one."""
+    images, labels = (t.to(device, non_blocking=True) for t in batch)
+    if images.device not in _BY_DEVICE:
+        _BY_DEVICE[images.device] = _stats(images.device, tuple(mean), tuple(std))
+    m, s = _BY_DEVICE[images.device]
+    return (images.float() / 255 - m) / s, labels
+
+
+def python_floats(batch, device, mean, std):
+    """Valid: per-channel Python floats, no tensor of constants at all."""
+    images, labels = (t.to(device, non_blocking=True) for t in batch)
+    images = images.float().div_(255)
+    for c, (m, s) in enumerate(zip(mean, std, strict=True)):
+        images[:, c].sub_(m).div_(s)
+    return images, labels
+
+
+def copied_twice(batch, device, mean, std):
+    batch[0].to(device, non_blocking=True)  # a copy thrown away
+    return to_device(batch, device, mean, std)
+
+
+def scale_kept(batch, device, mean, std):
+    images, labels = (t.to(device, non_blocking=True) for t in batch)
+    m, s = _stats(images.device, tuple(mean), tuple(std))
+    return (images.float() - 255 * m) / s, labels
+
+
+@pytest.mark.parametrize(
+    "wrong, cause",
+    [
+        (constants_per_batch, "on the second batch your function copied 2 tensor(s) besides"),
+        (constants_moved_per_batch, "a sync per batch"),
+        (constants_keyed_by_device, "normalised with the first call's mean and std"),
+        (copied_twice, "the images crossed 4 times for 2 batches"),
+        (float_before_copy, "the images crossed as float32"),
+        (scale_kept, "255 times ToTensor + Normalize's"),
+    ],
+    ids=["per-batch", "moved-per-batch", "keyed-by-device", "twice", "float", "scale-kept"],
+)
+def test_transfer_names_only_causes_its_readings_confirm(wrong, cause):
+    """Issue 34: a copy of the constants per batch was told "convert to float after the copy";
+    each cause is now named from what the spy saw (the dtype and count of the batch's copies,
+    the other tensors and the call they crossed in) or from the values themselves."""
+    exc = failure(lesson.check_transfer, wrong)
+    assert exc.status == "failed" and cause in exc.summary
+    if wrong in (constants_per_batch, constants_moved_per_batch):
+        assert "convert after the copy" not in exc.summary and "within the 385 KiB" in exc.summary
+
+
+@pytest.mark.parametrize("answer", [to_device, to_device_with_sub_div, python_floats])
 def test_transfer_passes_uint8_copies_normalised_on_the_device(answer):
     assert status_of(lesson.check_transfer, answer) == "passed"
 
@@ -357,12 +436,12 @@ def test_transfer_passes_uint8_copies_normalised_on_the_device(answer):
 @pytest.mark.parametrize(
     "wrong, cause",
     [
-        (float_before_copy, "convert to float after the copy"),
+        (float_before_copy, "crossed as float32: convert after the copy"),
         (pin_then_copy, "pinning is itself a copy"),
         (blocking, "blocking: the images and labels"),
         (lambda b, d, m, s: to_device(b, torch.device("cpu"), m, s), "use the `device` argument"),
         (no_255, "divide by 255"),
-        (cifar_constants, "the mean and std you are given"),
+        (cifar_constants, "not with those passed in this call"),
     ],
     ids=["float-first", "pin-per-batch", "blocking", "hard-coded-device", "no-255", "constants"],
 )

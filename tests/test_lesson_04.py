@@ -21,6 +21,13 @@ from torch import nn
 from course_utils import authoring
 from course_utils.lessons import mixed_precision as lesson
 from course_utils.lessons.mixed_precision import checks, demo, scenarios
+from course_utils.probes import Local
+
+
+def _body(make_amp_step):
+    """04-amp-step's body on a local answer (the check cell wraps the learner's function)."""
+    return checks.check_amp_step.__wrapped__(Local(make_amp_step))
+
 
 # --- exercise 1: loss scaling by hand --------------------------------------------------------
 
@@ -76,6 +83,75 @@ def test_loss_scale_check_fails_mistakes_naming_the_cause(answer, cause):
     exc = failure(lesson.check_loss_scale, answer)
     assert exc.status == "failed"
     assert cause in exc.summary
+
+
+def search_without_zeroing(model, x, y):
+    """Lowers the scale after an overflow, but never clears .grad between tries: the failed
+    try's inf stays, and every later backward adds onto it."""
+    model.zero_grad(set_to_none=True)
+    scale = 2.0**16
+    while scale >= 1:
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = F.mse_loss(model(x), y)
+        (loss * scale).backward()
+        grads = [p.grad.float() / scale for p in model.parameters()]
+        if all(torch.isfinite(g).all() for g in grads):
+            break
+        scale /= 2
+    return grads
+
+
+def unscaled_in_fp16(model, x, y):
+    """A right scale, divided out in float16: the small gradients underflow again."""
+    return [(g.half() / 2.0**14).float() for g in scaled_grads(model, x, y, 2.0**14, False)]
+
+
+def returned_in_fp16(model, x, y):
+    return [g.half() for g in static_2_14(model, x, y)]
+
+
+def divided_twice(model, x, y):
+    return [g / 2.0**14 for g in static_2_14(model, x, y)]
+
+
+@pytest.mark.parametrize(
+    ("answer", "cause", "not_cause"),
+    [
+        (search_without_zeroing, "added onto the inf/NaN the failed try left", "smaller scale"),
+        (
+            unscaled_in_fp16,
+            "division by the scale (or a cast after it) ran in float16",
+            "too small",
+        ),
+        (returned_in_fp16, "you returned float16 gradients", "too small"),
+        (divided_twice, "divide the gradients by that scale, once", "larger scale"),
+        (
+            lambda m, x, y: scaled_grads(m, x, y, 1.0),
+            "your backward ran unscaled",
+            "float16 number",
+        ),
+        (
+            lambda m, x, y: scaled_grads(m, x, y, 2.0**8),
+            "loss scale of about 2^8",
+            "float16 number",
+        ),
+    ],
+    ids=[
+        "search-keeps-inf",
+        "unscaled-in-fp16",
+        "returned-fp16",
+        "divided-twice",
+        "no-scale",
+        "2^8",
+    ],
+)
+def test_loss_scale_names_only_causes_its_probe_confirms(answer, cause, not_cause):
+    """Issue 34: the cause is read from the probe's record of each backward pass (the loss
+    scale it ran at, inf/NaN already in .grad) and from the gradients returned (dtype, float16
+    numbers only); before, these four were told "a smaller scale", "the loss scale is too
+    small" (twice) and "a larger scale"."""
+    exc = failure(lesson.check_loss_scale, answer)
+    assert cause in exc.summary and not_cause not in exc.summary, exc.summary
 
 
 def test_loss_scale_check_reports_not_attempted_and_refuses_the_reference():
@@ -175,7 +251,7 @@ def test_amp_step_check_passes_the_reference_with_its_speed_and_memory():
 @pytest.mark.usefixtures("tiny_speed_workload")
 @pytest.mark.parametrize("answer", [amp_step(), branching_step])
 def test_amp_step_scenarios_pass_valid_alternatives(answer):
-    parts = checks.check_amp_step.__wrapped__(answer)
+    parts = _body(answer)
     assert all(p.status == "passed" for p in parts[:3]), [p.message for p in parts[:3]]
 
 
@@ -183,7 +259,7 @@ def test_amp_step_scenarios_pass_valid_alternatives(answer):
 def test_a_scaler_on_bf16_is_unneeded_but_passes_with_a_note():
     """bf16 gradients scaled by 2**16 and unscaled before the clip train exactly as float32:
     behaviour is graded, so the part passes, and says the scaler is not needed."""
-    parts = {p.name: p for p in checks.check_amp_step.__wrapped__(amp_step(scaler_for_bf16=True))}
+    parts = {p.name: p for p in _body(amp_step(scaler_for_bf16=True))}
     assert parts["bf16"].status == "passed"
     assert "does not need" in parts["bf16"].message
 
@@ -232,7 +308,7 @@ def steps_with(mistake):
     ],
 )
 def test_amp_step_names_a_cause_only_where_a_probe_confirmed_it(mistake, scenario, cause):
-    parts = {p.name: p for p in checks.check_amp_step.__wrapped__(steps_with(mistake))}
+    parts = {p.name: p for p in _body(steps_with(mistake))}
     assert parts[scenario].status == "failed"
     assert cause in parts[scenario].message, parts[scenario].message
     if mistake in ("by-hand", "update-first", "optimizer-step"):  # they do not clip early
@@ -272,7 +348,7 @@ def scaler_per_step(model, loss_fn, optimizer, device, dtype, max_norm):
          "fp16-no-scaler", "forward-fp32"],
 )  # fmt: skip
 def test_amp_step_scenarios_fail_mistakes_naming_the_cause(answer, scenario, cause):
-    parts = {p.name: p for p in checks.check_amp_step.__wrapped__(answer)}
+    parts = {p.name: p for p in _body(answer)}
     assert parts[scenario].status == "failed"
     assert cause in parts[scenario].message, parts[scenario].message
 
@@ -402,7 +478,7 @@ def test_symptom_table_shows_the_colleagues_symptoms_without_naming_a_cause():
     ids=["as-given", "backward-fixed", "scaler-fixed-too"],  # the rest: amp_step(...) above
 )
 def test_colleagues_step_fails_naming_the_next_mistake_until_all_are_fixed(fixed, scenario, cause):
-    parts = {p.name: p for p in checks.check_amp_step.__wrapped__(colleagues_step(fixed))}
+    parts = {p.name: p for p in _body(colleagues_step(fixed))}
     assert parts[scenario].status == "failed"
     assert cause in parts[scenario].message, parts[scenario].message
 
@@ -566,7 +642,7 @@ def test_judged_remotely_the_reference_passes_and_a_mistake_fails_as_in_a_notebo
 def test_the_timed_amp_steps_must_train_the_model(monkeypatch):
     """A step that returns the loss but never updates the weights is fast and trains nothing:
     the weights its timed steps leave are compared with float32 steps run by the check."""
-    right = checks._measure_speed(lesson.reference_make_amp_step, torch.device("cpu"), 2)
+    right = checks._measure_speed(Local(lesson.reference_make_amp_step), torch.device("cpu"), 2)
     assert right.work_error <= checks.THRESHOLDS["work_error"].value
 
     def forward_only(model, loss_fn, optimizer, device, dtype, max_norm):
@@ -576,7 +652,7 @@ def test_the_timed_amp_steps_must_train_the_model(monkeypatch):
 
         return step
 
-    lazy = checks._measure_speed(forward_only, torch.device("cpu"), 2)
+    lazy = checks._measure_speed(Local(forward_only), torch.device("cpu"), 2)
     assert lazy.work_error == pytest.approx(1.0)
     part = checks._work_part([lazy], checks.THRESHOLDS["work_error"].value)[0]
     assert part.status == "failed" and "must train the model" in part.message

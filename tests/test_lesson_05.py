@@ -486,6 +486,16 @@ def test_layout_trace_finds_nothing_once_the_gate_is_fixed():
     assert lesson.layout_trace(fixed.to(memory_format=CL), x) == []
 
 
+def test_layout_trace_converts_a_copy_itself_when_given_the_format():
+    """Section 3 traces without showing the conversion (exercise 2's first part, issue 34):
+    given memory_format, the tracer converts a copy of the model and the input, and leaves
+    the caller's NCHW network as it was."""
+    legacy, _ = lesson.make_pair(MeanGate)
+    x = lesson.images(4)
+    assert len(lesson.layout_trace(legacy, x, memory_format=CL)) == 2
+    assert lesson.nchw_weights(legacy) and not x.is_contiguous(memory_format=CL)
+
+
 @pytest.mark.parametrize(
     "fixed, legacy, says",
     [(0.99, 1.0, "does not pay"), (0.78, 0.8, "cost little"), (0.7, 0.95, "gives part of it back")],
@@ -574,14 +584,21 @@ def test_time_compile_times_the_first_compiled_call_alone_then_both_steady_state
 
 
 def test_notebook_shows_the_code_of_its_measurements_and_the_reference_runs():
-    """layout_timings' and the break-even's timing code is shown beside the call; where a CPU
-    cannot show cuDNN autotuning or inductor on a GPU, a demo cell shows committed runs."""
+    """layout_timings', the break-even's, cuDNN autotuning's and the graph counts' measuring code
+    is shown beside the call; where a CPU cannot show cuDNN autotuning or inductor on a GPU, a
+    demo cell shows committed runs."""
     import json
 
     path = Path(__file__).resolve().parents[1] / "solutions" / "05_fast_kernels.ipynb"
     cells = json.loads(path.read_text())["cells"]
     code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
-    for shown, call in (("time_in_rotation", "layout_timings("), ("time_compile", "timing(")):
+    shown_beside = (
+        ("time_in_rotation", "layout_timings("),
+        ("time_compile", "timing("),
+        ("measure_modes", "autotune_costs("),  # issue 34: section 1's and 4's counts too
+        ("count_graphs", "graph_counts("),
+    )
+    for shown, call in shown_beside:
         assert any(f"cu.show_source(lesson.{shown})" in s and call in s for s in code), shown
     demos = [
         "".join(c["source"])

@@ -217,6 +217,84 @@ def timer_priming_call(step, synchronize, warmup=3, repeats=10):
     return statistics.median(samples)
 
 
+def _queued_warmup_samples(step, synchronize, warmup, repeats):
+    for _ in range(warmup):
+        step()
+    samples = []  # no synchronize() after the warm-up: its queued work spills into sample 1
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        synchronize()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def timer_median_low_queued(step, synchronize, warmup=3, repeats=10):
+    """Author-written (issue 34): the lower median of an even count hides the spilled sample
+    (2 repeats: the clean one is the lower)."""
+    return statistics.median_low(_queued_warmup_samples(step, synchronize, warmup, repeats))
+
+
+def timer_torch_median_queued(step, synchronize, warmup=3, repeats=10):
+    """Author-written (issue 34): torch.median returns the lower of the two middle values."""
+    samples = _queued_warmup_samples(step, synchronize, warmup, repeats)
+    return torch.tensor(samples).median().item()
+
+
+def timer_drops_first_sample(step, synchronize, warmup=3, repeats=10):
+    """Author-written (issue 34): drops the first sample instead of syncing after the warm-up;
+    with one repeat nothing is left."""
+    return statistics.median(_queued_warmup_samples(step, synchronize, warmup, repeats)[1:])
+
+
+def timer_unsorted_middle(step, synchronize, warmup=3, repeats=10):
+    """Author-written (issue 34): the sample taken in the middle of the run, not sorted."""
+    for _ in range(warmup):
+        step()
+    synchronize()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        synchronize()
+        samples.append(time.perf_counter() - start)
+    return samples[len(samples) // 2]
+
+
+def timer_one_warmup_short(step, synchronize, warmup=3, repeats=10):
+    """Author-written (issue 34): `range(1, warmup)`, one warm-up call short."""
+    for _ in range(1, warmup):
+        step()
+    synchronize()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        synchronize()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def timer_maximum(step, synchronize, warmup=3, repeats=10):
+    """Author-written (issue 34): the slowest sample ("the worst case"); it was told "a mean"."""
+    for _ in range(warmup):
+        step()
+    synchronize()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        synchronize()
+        samples.append(time.perf_counter() - start)
+    return max(samples)
+
+
+def timer_extra_sample_dropped(step, synchronize, warmup=3, repeats=10):
+    """Valid, author-written (issue 34): repeats + 1 samples, the first (which holds the
+    queued warm-up) dropped: one fixed extra call."""
+    return statistics.median(_queued_warmup_samples(step, synchronize, warmup, repeats + 1)[1:])
+
+
 NO_WARMUP = r"skip\w* the warm|without (a )?warm|no warm"  # the specimen's own text says "warmup=6"
 
 STEP_TIMER = [
@@ -274,6 +352,49 @@ STEP_TIMER = [
         (r"ignores", r"queued work", r"\bmean\b"),
         id="wrong-warmup-timed",
     ),
+    pytest.param(
+        timer_median_low_queued,
+        "failed",
+        r"queued work",
+        (r"\bmean\b",),
+        id="wrong-median-low-warm-up-queued",
+    ),
+    pytest.param(
+        timer_torch_median_queued,
+        "failed",
+        r"queued work",
+        (r"\bmean\b",),
+        id="wrong-torch-median-warm-up-queued",
+    ),
+    pytest.param(
+        timer_drops_first_sample,
+        "failed",
+        r"raised StatisticsError.*1 included",
+        (r"\bmean\b",),
+        id="wrong-drops-first-sample",
+    ),
+    pytest.param(
+        timer_unsorted_middle,
+        "failed",
+        r"middle of the run, not the middle value",
+        (r"\bmean\b", r"maximum"),
+        id="wrong-unsorted-middle",
+    ),
+    pytest.param(
+        timer_one_warmup_short,
+        "failed",
+        r"short of warmup \+ repeats|one-off cost was timed",
+        (r"queued work", r"\bmean\b"),
+        id="wrong-one-warm-up-call-short",
+    ),
+    pytest.param(
+        timer_maximum,
+        "failed",
+        r"slowest sample \(the maximum\)",
+        (r"\bmean\b",),
+        id="wrong-maximum",
+    ),
+    pytest.param(timer_extra_sample_dropped, "passed", None, (), id="valid-extra-sample-dropped"),
     pytest.param(timer_priming_call, "passed", None, (), id="valid-priming-call"),
     pytest.param(timer_ns_numpy, "passed", None, (), id="valid-ns-numpy-median"),
     pytest.param(timer_sorted_middle, "passed", None, (), id="valid-sorted-middle"),
@@ -613,6 +734,14 @@ def op_sorted_three_calls(step):
     return rows[0].key
 
 
+def op_colleague(step):
+    """Author-written (issue 34): the notebook's colleague, first call profiled and rows
+    ranked by total time."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    return max(prof.key_averages(), key=lambda row: row.cpu_time_total).key
+
+
 SLOWEST_OP = [
     pytest.param(
         op_no_warmup, "failed", r"warm|first call|one-off", (r"total",), id="wrong-no-warmup"
@@ -642,6 +771,13 @@ SLOWEST_OP = [
     pytest.param(op_guess, "failed", None, (r"warm",), id="wrong-guess"),
     pytest.param(
         op_by_input_shape, "failed", r"shape|group", (r"warm",), id="wrong-grouped-by-shape"
+    ),
+    pytest.param(
+        op_colleague,
+        "failed",
+        r"first call.*total|total.*first call",
+        (r"shape", r"guess"),
+        id="wrong-colleague-first-call-and-total",
     ),
     pytest.param(op_summed_events, "passed", None, (), id="valid-summed-events"),
     pytest.param(op_sorted_three_calls, "passed", None, (), id="valid-three-calls-sorted"),

@@ -97,23 +97,41 @@ def _nb_flag(func_name: str, args: tuple, kwargs: dict) -> bool:
 
 
 _COPIES = ("to", "cuda", "copy_", "as_tensor", "asarray", "tensor")  # calls that can cross
+_FROM_HOST_DATA = ("as_tensor", "asarray", "tensor")  # a tensor made from Python values
 
 
 class TransferSpy(TorchFunctionMode):
     """Records how tensors are pinned and copied, and the bytes that cross to another device.
 
     Without an accelerator pinned memory cannot exist, so `simulate` makes chosen tensors
-    report is_pinned() and turns pin_memory() into a plain copy that counts as pinned."""
+    report is_pinned() and turns pin_memory() into a plain copy that counts as pinned.
+
+    Given the batch's element counts (`batch_numels`: images, labels), a crossing is the
+    batch's ("images", "labels": the same number of elements, in whatever dtype) or "other"
+    (constants such as mean and std, copied or made on the device from Python values); the
+    batch's crossings are counted in `copies`, `sources` and `crossed_bytes`, the others in
+    `others`, each with the call (`call`, set by the probe per batch) it happened in. Without
+    it (a collate's pins), a 4-D tensor counts as images and anything else as labels."""
 
     def __init__(self, simulate: bool, cuda_as: str | None = None):
         super().__init__()
         self.simulate, self.pinned_ids, self.cuda_as = simulate, set(), cuda_as
         self.pinned_pageable, self.crossed_bytes = 0, 0
-        self.copies: list[tuple[bool, bool]] = []  # (source was pinned, non_blocking)
-        self.sources: list[str] = []  # "images" (4-D) or "labels", per copy
+        self.copies: list[tuple[bool, bool]] = []  # the batch's: (source was pinned, non_blocking)
+        self.sources: list[str] = []  # "images" or "labels", per copy of the batch
+        self.dtypes: list[str] = []  # the dtype each copy of the batch arrived in
+        self.others: list[dict] = []  # other tensors that crossed: call, shape, flags
+        self.batch_numels: tuple[int, int] | None = None
+        self.call = 0
 
     def is_pinned(self, t: torch.Tensor) -> bool:
         return id(t) in self.pinned_ids if self.simulate else t.is_pinned()
+
+    def _kind(self, t: torch.Tensor) -> str:
+        if self.batch_numels is None:
+            return "images" if t.dim() == 4 else "labels"
+        images, labels = self.batch_numels
+        return {images: "images", labels: "labels"}.get(t.numel(), "other")
 
     def _stand_in(self, value):
         """`cuda` device arguments replaced by the stand-in device (`cuda_as`)."""
@@ -121,6 +139,22 @@ class TransferSpy(TorchFunctionMode):
             isinstance(value, str) and value.startswith("cuda")
         )
         return torch.device(self.cuda_as) if is_cuda else value
+
+    def _crossed(self, kind: str, dst: torch.Tensor, pinned: bool, non_blocking: bool) -> None:
+        if kind == "other":
+            self.others.append(
+                {
+                    "call": self.call,
+                    "shape": list(dst.shape),
+                    "pinned": pinned,
+                    "non_blocking": non_blocking,
+                }
+            )
+            return
+        self.crossed_bytes += dst.nbytes  # converted before the copy, if at all
+        self.copies.append((pinned, non_blocking))
+        self.sources.append(kind)
+        self.dtypes.append(str(dst.dtype).removeprefix("torch."))
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -133,7 +167,7 @@ class TransferSpy(TorchFunctionMode):
         if name == "is_pinned" and self.simulate:
             return id(args[0]) in self.pinned_ids
         if name == "pin_memory":
-            if not self.is_pinned(args[0]):
+            if not self.is_pinned(args[0]) and self._kind(args[0]) != "other":
                 self.pinned_pageable += 1
             if self.simulate:
                 out = args[0].clone()
@@ -145,9 +179,11 @@ class TransferSpy(TorchFunctionMode):
             dst = args[0] if name == "copy_" else out
             if isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor):
                 if dst.device != src.device:
-                    self.crossed_bytes += dst.nbytes  # converted before the copy, if at all
-                    self.copies.append((self.is_pinned(src), _nb_flag(name, args, kwargs)))
-                    self.sources.append("images" if src.dim() == 4 else "labels")
+                    flags = self.is_pinned(src), _nb_flag(name, args, kwargs)
+                    self._crossed(self._kind(src), dst, *flags)
+        elif name in _FROM_HOST_DATA and isinstance(out, torch.Tensor) and out.device.type != "cpu":
+            # made on the device from Python values: a blocking copy from pageable memory
+            self._crossed("other", out, False, False)
         return out
 
 

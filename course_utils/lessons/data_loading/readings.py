@@ -49,6 +49,7 @@ def transfer_output(to_device, device: str, size: int | None, mean, std) -> dict
     else:
         batch = uint8_batch(16, size)
     spy = TransferSpy(simulate=device.type != "cuda")  # no pinned memory without a GPU
+    spy.batch_numels = (batch[0].numel(), batch[1].numel())
     with spy:
         out = to_device(batch, device, tuple(mean), tuple(std))
     return {"out": out, "pins": spy.pinned_pageable}
@@ -56,16 +57,21 @@ def transfer_output(to_device, device: str, size: int | None, mean, std) -> dict
 
 def _on_meta(to_device, cuda_as_meta: bool) -> dict:
     """Two batches, pageable then (simulated) pinned, through to_device on the meta device,
-    or asked for `cuda` with meta standing in for it: what crossed, how, and where it went."""
+    or asked for `cuda` with meta standing in for it: what crossed, how, in which call, and
+    where it went."""
     spy = TransferSpy(simulate=True, cuda_as="meta" if cuda_as_meta else None)
     pageable = uint8_batch()
     pinned = tuple(t.clone() for t in pageable)
     spy.pinned_ids.update(id(t) for t in pinned)
+    spy.batch_numels = (pageable[0].numel(), pageable[1].numel())
     device = torch.device("cuda" if cuda_as_meta else "meta")  # made outside the spy
     faults = DeviceFaults()  # outside the spy: it sees the calls the spy passes on
+    outs = []
     try:
         with faults, spy:
-            outs = [to_device(b, device, CIFAR_MEAN, CIFAR_STD) for b in (pageable, pinned)]
+            for call, b in enumerate((pageable, pinned)):
+                spy.call = call
+                outs.append(to_device(b, device, CIFAR_MEAN, CIFAR_STD))
     except Exception as exc:  # the learner's fault if a device fault was seen, else meta's
         return {"raised": raised_info(exc), "faults": faults_info(faults)}
     devices = [
@@ -77,6 +83,8 @@ def _on_meta(to_device, cuda_as_meta: bool) -> dict:
         "crossed_bytes": spy.crossed_bytes,
         "copies": [list(c) for c in spy.copies],
         "sources": list(spy.sources),
+        "dtypes": list(spy.dtypes),
+        "others": [dict(o) for o in spy.others],
         "pins": spy.pinned_pageable,
     }
 

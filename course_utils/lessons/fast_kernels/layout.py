@@ -10,6 +10,7 @@ slower NCHW kernel. See https://pytorch.org/tutorials/intermediate/memory_format
 
 from __future__ import annotations
 
+import copy
 import statistics
 import time
 from dataclasses import dataclass
@@ -110,9 +111,15 @@ class LayoutLoss:
         return f"`{self.module}` ({self.kind}) turned {came} into an NCHW output"
 
 
-def layout_trace(model: nn.Module, x: torch.Tensor) -> list[LayoutLoss]:
+def layout_trace(
+    model: nn.Module, x: torch.Tensor, memory_format: torch.memory_format | None = None
+) -> list[LayoutLoss]:
     """Run `model(x)` and list every module whose 4-D output is not channels_last, outermost
-    last; the first entry is where the layout was lost."""
+    last; the first entry is where the layout was lost. With `memory_format`, a copy of the
+    model and the input are put in that format first (how is exercise 2's first part)."""
+    if memory_format is not None:
+        model = copy.deepcopy(model).to(memory_format=memory_format)
+        x = x.contiguous(memory_format=memory_format)
     losses: list[LayoutLoss] = []
     handles = []
 

@@ -16,7 +16,7 @@ from torch import nn
 from ...checks import Threshold, at_most, check, correct, retry_measure
 from ...measure import flops, time_fn
 from ...memory import activation_bytes
-from ...probes import observe, specimen_rng
+from ...probes import LearnerRaised, observe, specimen_rng
 from .demo import activation_cases
 from .diagnosis import (
     calls_diagnosis,
@@ -34,6 +34,7 @@ from .probes import (
     OUTLIER_S,
     REAL_STEP_SIZE,
     SHORT_REPEATS,
+    SHORT_WARMUP,
     SLOW_CALLS,
     SLOW_S,
     STEP_S,
@@ -62,9 +63,18 @@ THRESHOLDS = {
         "wake-ups, hence the asymmetric band, and the check retries 3 times). Wrong timers, "
         "from the scenario: no warm-up median 180 ms (6x), no warm-up mean 116 ms (3.9x), a "
         "warmed-up mean 50.5-51.1 ms (1.7x, n=5: one 230 ms and two 1 ms calls in 7 samples), "
-        "milliseconds 1000x. The short run (warmup=6, repeats=2): the reference read 30.2-32.0 "
-        "ms (n=10), a timer that syncs before each sample 30.2-31.1 ms (n=5), one without a "
-        "sync after the warm-up 423-428 ms (14x, n=3; load ~11)",
+        "the middle sample unsorted or the maximum 230 ms (7.7x), milliseconds 1000x",
+        measured_on=("cpu-bf16",),
+    ),
+    "single_high": Threshold(
+        4.0,
+        "the short run's highest accepted ratio (warmup=4, repeats=1: one sample, no median to "
+        "shield it from a stall): the reference read 30.2-33.9 ms (n=20, 2-core cpu-bf16 VM at "
+        "load ~7), 30.2-79.6 ms beside one spinning process (n=20, load ~9); a timer that syncs "
+        "before each sample 30.2-41.7 ms, one with a calibration call 30.2-40.0 ms (n=10 each, "
+        "beside it); the check retries 3 times. Wrong timers read 750 ms (25x: no sync after "
+        "the warm-up, with any median: statistics, torch, numpy, median_low), 180 ms (6x: "
+        "warm-up calls timed as samples, or `warmup - 1` of them) (n=2 each, load ~7)",
         measured_on=("cpu-bf16",),
     ),
     "fastest_sample": Threshold(
@@ -113,23 +123,41 @@ def _timer_diagnosis(t: float, time_step) -> str:
     )
 
 
-def _short_run(time_step, low: float, high: float):
-    """The step with its slow first calls only, timed with 2 repeats: a timer that starts its
-    first clock reading before the warm-up's queued work has finished has that work in one of
-    its two samples, and the median of two is their mean. No slow call after the warm-up: a
-    timer with one untimed extra call (the count passes it) would meet it."""
+def _short_run(time_step, low: float):
+    """The step with its slow first calls only, timed with warmup=SHORT_WARMUP (exactly those
+    calls) and a single repeat: a timer that starts its first clock reading before the
+    warm-up's queued work has finished has that work in its only sample, whatever statistic it
+    takes; one that warms up fewer times than `warmup` times a slow call; one that drops its
+    first sample has none left. No slow call after the warm-up: a timer with one untimed extra
+    call (the count passes it) would meet it. One sample has no median to shield it from a
+    stall, hence its own, wider limit (`single_high`)."""
+    high = THRESHOLDS["single_high"].value * STEP_S
+    raised: list[LearnerRaised] = []
 
     def measure() -> float:
-        return read_timer(
-            time_step, async_recipe(STEP_S, SLOW_CALLS, SLOW_S), repeats=SHORT_REPEATS
-        )
+        try:
+            return read_timer(
+                time_step,
+                async_recipe(STEP_S, SLOW_CALLS, SLOW_S),
+                repeats=SHORT_REPEATS,
+                warmup=SHORT_WARMUP,
+            )
+        except LearnerRaised as exc:  # the learner's error is the reading: no retry helps
+            raised.append(exc)
+            return float("inf")
 
-    t = retry_measure(measure, ok=lambda t: low <= t <= high)
+    t = retry_measure(measure, ok=lambda t: bool(raised) or low <= t <= high)
+    run = f"the step with its slow first calls only, warmup={SHORT_WARMUP}, repeats={SHORT_REPEATS}"
+    if raised:
+        said = (
+            f"{run}: {raised[-1]}. A timer must work for any `repeats`, 1 included: every "
+            "call after the warm-up is a sample"
+        )
+        return correct("short run", False, said)
     ok = low <= t <= high
     said = (
-        f"the step with its slow first calls only, warmup={TIMER_WARMUP}, "
-        f"repeats={SHORT_REPEATS}: your timer says {t * 1e3:.4g} ms, expected "
-        f"{STEP_S * 1e3:.0f} ms"
+        f"{run}: your timer says {t * 1e3:.4g} ms, expected {STEP_S * 1e3:.0f} ms "
+        f"({low * 1e3:.1f} to {high * 1e3:.0f} ms: one sample, so a stall can lengthen it)"
     )
     if not ok:
         said += f": {short_run_diagnosis(t, time_step, high / STEP_S)}"
@@ -146,6 +174,13 @@ def _short_run(time_step, low: float, high: float):
     in_kernel="the calls to step() are counted beside the learner's timer",
 )
 def check_step_timer(time_step) -> list:
+    """The learner's timer on an asynchronous step with every trap (slow first calls, one
+    slow call in the middle of the run, two fast ones), its calls counted; on a short run of
+    one sample after exactly as many warm-up calls as slow ones; and on a real matmul against
+    time_fn. # CHANGED in issue 34: the slow call is the middle sample in time order (an
+    unsorted middle passed), the short run takes one sample (a lower median of two passed a
+    timer without a sync after the warm-up) after warmup=4 (`warmup - 1` warm-up calls
+    passed), and a count short of warmup + repeats fails."""
     low, high = THRESHOLDS["timer_low"].value * STEP_S, THRESHOLDS["timer_high"].value * STEP_S
 
     calls: list[int] = [0]  # calls to step() in the last attempt
@@ -186,7 +221,7 @@ def check_step_timer(time_step) -> list:
         )
     )
     if ok:  # a timer wrong on the long run is told why there; this run would only repeat it
-        parts.append(_short_run(time_step, low, high))
+        parts.append(_short_run(time_step, low))
     # On a real step of this machine the timer must agree with the harness, which times the
     # same matmul here (in the judge, under `course grade`). The two alternate, so a change
     # in machine load hits both alike.

@@ -107,10 +107,13 @@ def _single_call_or_guess(slowest_op, top: str, top_calls: int) -> str:
     whose slowest single call is known and that runs no matmul. One profile of the scenario
     cannot tell them apart: there a guessed matmul can also be the slowest single call."""
     probe, slowest_call = single_call_probe()
-    try:
-        named = observe(slowest_op_on_single_call_step, slowest_op)
-    except LearnerRaised:  # the scenario's answer is what is judged; the probe only explains it
-        named = None
+    for _attempt in range(2):  # a stall on one cheap call can outlast the sort, rarely twice
+        try:
+            named = observe(slowest_op_on_single_call_step, slowest_op)
+        except LearnerRaised:  # the scenario's answer is judged; the probe only explains it
+            named = None
+        if named == slowest_call or not isinstance(named, str):
+            break
     if named == slowest_call:
         return (
             f"on a step whose slowest single call is one {slowest_call!r} your function named it "
@@ -130,10 +133,16 @@ def _single_call_or_guess(slowest_op, top: str, top_calls: int) -> str:
     "00-slowest-op",
     points=2,
     hint="Which time belongs to an operator: everything that runs inside it, or only its own "
-    "work? Is the first call of a step like the others? Reread section 4, then test your "
-    "function on a step whose answer you know.",
+    "work? Is the first call of a step like the others? Compare the colleague's answers with "
+    "the tables of section 4 sorted by each time, then test your function on a step whose "
+    "answer you know.",
 )
 def check_slowest_op(slowest_op) -> list:
+    """The learner's answer on each hidden-op step (one of them handed over fresh, its first
+    call paying a one-off cost), against this side's own profile of the warmed-up step.
+    # CHANGED in issue 34: the exercise is now a diagnosis of a colleague's function (it
+    profiles the first call and ranks by total time); section 4 no longer states the recipe.
+    The check itself is unchanged."""
     parts, threads = [], torch.get_num_threads()
     torch.set_num_threads(1)  # one thread: steady timings on a shared machine
     try:

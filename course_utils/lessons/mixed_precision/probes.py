@@ -29,23 +29,51 @@ def _dtype(name: str) -> torch.dtype:
 def rescued_reading(rescued_grads, snapshot: str, seed: int, stale: bool) -> dict:
     """The learner's gradients on demo.snapshot(snapshot, seed), whether its Linear layers
     produced float16 outputs, and (`stale`) with .grad filled as a previous step would have
-    left it: an answer must not add onto it."""
+    left it: an answer must not add onto it. Per backward pass through the model's output:
+    the largest gradient reaching the output (the check divides by float32's to read the loss
+    scale used) and whether .grad already held inf/NaN when it began (a failed try left in
+    place); and the dtype of each gradient returned."""
     model, x, y = demo.snapshot(snapshot, seed=seed)
     if stale:
         for p in model.parameters():
             p.grad = torch.full_like(p, 0.01)
     seen: list[torch.dtype] = []
+    passes: list[dict] = []
+
+    def on_output_grad(grad: torch.Tensor) -> None:  # backward reaches the output first
+        passes.append(
+            {
+                "out_grad_max": grad.detach().abs().max().float().item(),
+                "nonfinite_grad": any(
+                    p.grad is not None and not bool(torch.isfinite(p.grad).all())
+                    for p in model.parameters()
+                ),
+            }
+        )
+
+    def on_output(module, args, out) -> None:
+        if isinstance(out, torch.Tensor) and out.requires_grad:
+            out.register_hook(on_output_grad)
+
     hooks = [
         m.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
         for m in model.modules()
         if isinstance(m, nn.Linear)
     ]
+    hooks.append(model.register_forward_hook(on_output))
     try:
-        grads = rescued_grads(model, x, y)
+        grads = list(rescued_grads(model, x, y))
     finally:
         for h in hooks:
             h.remove()
-    return {"grads": list(grads), "fp16": bool(seen) and all(d == torch.float16 for d in seen)}
+    return {
+        "grads": grads,
+        "fp16": bool(seen) and all(d == torch.float16 for d in seen),
+        "passes": passes,
+        "dtypes": [
+            str(getattr(g, "dtype", type(g).__name__)).removeprefix("torch.") for g in grads
+        ],
+    }
 
 
 # --- exercise 2: a float32 island ------------------------------------------------------------
