@@ -190,7 +190,6 @@ def _step(scaler: torch.amp.GradScaler, opt: torch.optim.Optimizer, sched, loss)
             sched.step()
 
 
-@reference
 def _cpu_clock() -> float:
     """CPU seconds of this run. On one torch thread (the capstone's CPU setting), this
     thread's alone: under `course grade` the judge runs the baseline in the process that
@@ -201,6 +200,7 @@ def _cpu_clock() -> float:
     return time.process_time()
 
 
+@reference
 def fit(recipe: Recipe, dataset: Dataset, seed: int = 0, device=None, **options) -> Trained:
     """Train a fresh model with `recipe` for `epochs` (default: the recipe's), or only its
     first `max_steps` steps (a timing run), timed in segments of `segment_steps` steps (default:
