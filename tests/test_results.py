@@ -129,3 +129,28 @@ def test_no_executed_notebook_leaves_every_check_missing_with_the_reason():
     rows = read_results(None, sol, "toy_lesson", {"outcome": "tampered", "detail": ""}, 20)
     assert {r["status"] for r in rows} == {"missing"}
     assert all("changed by something other than the grader" in r["message"] for r in rows)
+
+
+def test_a_huge_message_or_value_from_the_judge_is_cut_before_it_reaches_the_grades():
+    """Issue 32's red team (e05) returned a 20 MB string: its verdict quoted it, and the
+    grades, the feedback and the state file each grew past 100 MB."""
+    verdict = {
+        **payload(status="failed", points=0.0),
+        "message": "you named '" + "x" * 5_000_000 + "'",
+        "value": "y" * 1_000_000,
+        "parts": [{"name": "p", "status": "failed", "points": 0, "max_points": 1,
+                   "message": "z" * 1_000_000}] * 50,
+    }  # fmt: skip
+    nb, sol, lesson = executed(shown(payload()))
+    row = double_row(nb, sol, lesson, {**COMPLETED, "verdicts": {"toy-double": verdict}})
+    assert row["status"] == "failed"
+    assert len(row["message"]) < 5000 and "more characters not kept" in row["message"]
+    assert len(row["value"]) < 5000
+    assert len(row["parts"]) == 20 and all(len(p["message"]) < 5000 for p in row["parts"])
+
+
+def test_an_ordinary_message_is_kept_whole():
+    verdict = payload(status="failed", points=0.0)
+    nb, sol, lesson = executed(shown(payload()))
+    row = double_row(nb, sol, lesson, {**COMPLETED, "verdicts": {"toy-double": verdict}})
+    assert (row["message"], row["value"]) == ("double(3) returned 6", 6.0)

@@ -21,6 +21,10 @@ from ..authoring import check_cells
 from ..protocol import ERROR, MIME, MISSING, PASSED, STATUSES, TIMEOUT
 
 RAN_TO_ITS_END = "a result counts only from a check that ran to its end"
+# A message quotes what the learner's code returned or raised: a 20 MB string would otherwise
+# land in grades.csv, the feedback and the state file (issue 32's red team, e05, wrote 131.8 MB
+# into each). Real messages stay far below: the longest in the report run is under 1,000.
+MESSAGE_CHARS = 4000
 
 
 def _error(cell) -> tuple[str, str] | None:
@@ -256,4 +260,23 @@ def read_results(executed, sol, lesson: str, run_status: dict, cell_timeout: flo
                 "better": str(payload.get("better") or ""),
             }
         )
-    return results
+    return [_bounded(r) for r in results]
+
+
+def _short(text: str) -> str:
+    if len(text) <= MESSAGE_CHARS:
+        return text
+    return f"{text[:MESSAGE_CHARS]}… ({len(text) - MESSAGE_CHARS:,} more characters not kept)"
+
+
+def _bounded(row: dict) -> dict:
+    """`row` with its texts cut to MESSAGE_CHARS, and a value that is not a number as text."""
+    value = row.get("value")
+    if value is not None and not isinstance(value, (int, float)):
+        value = _short(str(value))
+    parts = [
+        {**p, "message": _short(str(p.get("message", "")))} if isinstance(p, dict) else p
+        for p in row.get("parts", [])[:20]
+    ]
+    texts = {k: _short(str(row[k])) for k in ("message", "hint") if k in row}
+    return {**row, **texts, "value": value, **({"parts": parts} if "parts" in row else {})}
