@@ -329,19 +329,8 @@ def emit(result: CheckResult) -> None:
 # learner's code themselves, so they run in the learner's kernel, as before grading v3, and
 # `course grade` reads their result from the notebook. Emptied lesson by lesson.
 LEGACY: set[str] = {
-    "01-lr-range", "01-one-cycle", "01-adamw",
-    "02-throughput-sweep", "02-largest-batch", "02-noise-scale", "02-lr-scaling",
-    "02-trust-ratio", "02-optimizer-choice",
-    "03-profile", "03-fast-loader", "03-transfer", "03-normalise",
-    "04-loss-scale", "04-fp32-island", "04-amp-step",
-    "05-bucketing", "05-channels-last", "05-break-even",
     "06-ddp-script", "06-no-sync",
     "07-accumulation", "07-checkpointed-forward", "07-plan",
-    "08-total-norm", "08-clipped-step", "08-max-norm", "08-amp-clip",
-    "09-remove-biases", "09-speed-verdict", "09-fuse",
-    "10-fast-train", "10-to-tensor", "10-evaluate",
-    "11-speedrun",
-    "12-sdpa-attention", "12-packing", "12-graph-break",
     "13-predict-bytes", "13-choose-plan", "13-fully-shard",
 }  # fmt: skip
 
