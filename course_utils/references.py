@@ -85,14 +85,18 @@ def reference_results(notebook: str, exclude_class: str | None = None, results: 
 
     rows = [r for r in reference_rows(notebook, results) if r.device_class != exclude_class]
     if not rows:
-        where = results if results.is_dir() else ONLINE
-        display(
-            Markdown(
+        if results.is_dir():
+            text = (
                 f"No committed reference run covers `{notebook}` on another device class yet "
-                f"(looked in {where}). Run `course report` on such a device and commit its "
+                f"(looked in {results}). Run `course report` on such a device and commit its "
                 "`docs/results/<class>-<device>.json`."
             )
-        )
+        else:  # nothing was looked at: say where the runs can be read instead
+            text = (
+                "This installation of course_utils ships no reference results; the committed "
+                f"runs are at {ONLINE}/results."
+            )
+        display(Markdown(text))
         return rows
     lines = ["| device (class) | date, command | what | measured |", "|---|---|---|---|"]
     for r in rows:

@@ -21,7 +21,7 @@ import ast
 import re
 import shutil
 import symtable
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,9 +41,67 @@ LEFT_OUT = (  # relative to the package: instructor tools, and answers kept whol
 )
 KEPT = frozenset({"ReferenceLAMB"})  # notebook 02b's comparison optimizer, not an exercise's answer
 ANSWERS_UNPREFIXED = frozenset({"exact_break_even"})  # answers not named reference_*
-DEFAULT_INSTALL = f"git+{REPOSITORY}"  # what authoring.setup_cell installs: the full course
+DEFAULT_INSTALL = f"git+{REPOSITORY}"
+COURSE_REPOSITORY = REPOSITORY.split("github.com/")[
+    1
+]  # "owner/name"  # what authoring.setup_cell installs: the full course
 DEMO_TAG = "demo"
+SHIPPED_DOCS = ("docs/glossary.md", "docs/results/*.json")  # as setup.py ships them
 WITHHELD_NOTE = "a reference answer, left out of the learner edition"
+ELSEWHERE_WHY = (
+    "it computes an exercise's answer under another name, so the learner edition leaves it out"
+)
+
+
+def answers_elsewhere(lesson_package: str, package: Path = PACKAGE) -> list[str]:
+    """The lesson's `ANSWERS_ELSEWHERE` ("module:name" of a harness function that computes one
+    of its exercises' answers under another name), read without importing the lesson."""
+    init = package / "lessons" / lesson_package / "__init__.py"
+    if not init.exists():
+        return []
+    for node in ast.parse(init.read_text(encoding="utf-8")).body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets = [node.target]  # ANSWERS_ELSEWHERE: tuple[str, ...] = (...)
+        if any(isinstance(t, ast.Name) and t.id == "ANSWERS_ELSEWHERE" for t in targets):
+            return [str(v) for v in ast.literal_eval(node.value)]
+    return []
+
+
+def by_module(entries: Iterable[str]) -> dict[str, set[str]]:
+    """{"course_utils.x": {names}} of "module:name" entries."""
+    grouped: dict[str, set[str]] = {}
+    for entry in entries:
+        module, _, name = entry.partition(":")
+        grouped.setdefault(module, set()).add(name)
+    return grouped
+
+
+def every_answer_elsewhere(package: Path = PACKAGE) -> dict[str, list[str]]:
+    """{lesson package: its ANSWERS_ELSEWHERE} for every lesson: a learner has every lesson at
+    once, so the edition withholds them all (the grading kernel, its own lesson's only)."""
+    lessons = sorted(p.parent.name for p in (package / "lessons").glob("*/__init__.py"))
+    return {lesson: answers_elsewhere(lesson, package) for lesson in lessons}
+
+
+def shared_instruments(solutions: Path, elsewhere: dict[str, list[str]]) -> dict[str, list[str]]:
+    """{"module:name": notebooks} of the answers under other names that another lesson's
+    notebook measures with in a cell that is not a demo (`cu.activation_bytes`: lesson 00's
+    answer, lessons 02 and 10's instrument). The edition keeps those; grading withholds them
+    from the lesson they answer."""
+    lesson_of = re.compile(r"from course_utils\.lessons import (\w+) as lesson")
+    shared: dict[str, list[str]] = {}
+    for path in sorted(solutions.glob("*.ipynb")):
+        nb = read(path)
+        own = {m for c in nb.cells if c.cell_type == "code" for m in lesson_of.findall(c.source)}
+        entries = {e for lesson, es in elsewhere.items() if lesson not in own for e in es}
+        names = {e.partition(":")[2]: e for e in entries}
+        for cell in nb.cells:
+            if cell.cell_type != "code" or DEMO_TAG in cell.metadata.get("tags", []):
+                continue
+            for name in _answers_used(cell.source, set(names), frozenset(names))[0]:
+                shared.setdefault(names[name], []).append(path.name)
+    return {e: sorted(set(nbs)) for e, nbs in shared.items()}
 
 
 def is_answer(name: str) -> bool:
@@ -62,6 +120,9 @@ class ReleaseSummary:
     left_out: list[str] = field(default_factory=list)
     stopping: dict[str, list[int]] = field(default_factory=dict)  # notebook -> cells that may stop
     install_url: str = DEFAULT_INSTALL
+    shared: dict[str, list[str]] = field(
+        default_factory=dict
+    )  # kept: other lessons measure with it
 
     def __str__(self) -> str:
         names = sum(len(v) for v in self.withheld.values())
@@ -71,11 +132,23 @@ class ReleaseSummary:
             f"modules; left out: {', '.join(self.left_out)}",
             f"the Colab setup cells install: {self.install_url}",
         ]
+        for entry, notebooks in self.shared.items():
+            lines.append(
+                f"kept {entry}: it answers an exercise, but {', '.join(notebooks)} measure with "
+                "it outside a demo (graded copies of its own lesson still go without it)"
+            )
         if self.install_url == DEFAULT_INSTALL:
             lines.append(
                 "note: that is the full course, reference answers included; host this folder "
                 "and pass its pip URL as --install-url"
             )
+        elif edition_repository(self.install_url) is None:
+            lines.append(
+                "note: the Colab badges still open the full course's notebooks (they follow "
+                "--install-url only when it is git+https://github.com/OWNER/NAME)"
+            )
+        else:
+            lines.append(f"the Colab badges open github.com/{edition_repository(self.install_url)}")
         return "\n".join(lines)
 
 
@@ -182,8 +255,12 @@ def _left_out(rel: Path) -> bool:
     return rel.parts[0] == "lessons" and rel.name == "selftest.py"
 
 
-def copy_package(out: Path, package: Path = PACKAGE) -> tuple[dict[str, list[str]], list[str]]:
-    """Copy the harness to out/course_utils, answers withheld; ({module: names}, left out)."""
+def copy_package(
+    out: Path, package: Path = PACKAGE, elsewhere: Mapping[str, set[str]] | None = None
+) -> tuple[dict[str, list[str]], list[str]]:
+    """Copy the harness to out/course_utils, answers withheld (the reference answers, and the
+    `elsewhere` names by module); ({module: names}, left out)."""
+    elsewhere = elsewhere or {}
     withheld: dict[str, list[str]] = {}
     left_out: set[str] = set()
     for path in sorted(package.rglob("*")):
@@ -204,6 +281,10 @@ def copy_package(out: Path, package: Path = PACKAGE) -> tuple[dict[str, list[str
         text, names = path.read_text(encoding="utf-8"), []
         if rel.parts[0] == "lessons":  # the answers live in the lesson packages
             text, names = withhold(text, module)
+        if module.removesuffix(".__init__") in elsewhere:
+            wanted = elsewhere[module.removesuffix(".__init__")]
+            text, more = withhold(text, module, wanted.__contains__, ELSEWHERE_WHY)
+            names += more
         if names:
             withheld[module] = names
         target.write_text(text, encoding="utf-8")
@@ -240,8 +321,12 @@ def _reads(source: str) -> set[str]:
     return reads
 
 
-def _answers_used(source: str, answers: set[str]) -> tuple[set[str], set[str]]:
-    """(answers a cell runs directly, answers it passes to learner_or_reference)."""
+def _answers_used(
+    source: str, answers: set[str], by_attribute: frozenset[str] = frozenset()
+) -> tuple[set[str], set[str]]:
+    """(answers a cell runs directly, answers it passes to learner_or_reference). Names in
+    `by_attribute` (a harness helper's plain name, `evaluate`) count only as an attribute
+    (`cu.evaluate`): the learner's own `evaluate` is not the harness's."""
     try:
         tree = ast.parse(_python(source))
     except SyntaxError:
@@ -251,14 +336,28 @@ def _answers_used(source: str, answers: set[str]) -> tuple[set[str], set[str]]:
         if isinstance(node, ast.Call) and _LOR in ast.unparse(node.func) and len(node.args) > 1:
             fallback.add(id(node.args[1]))
     direct, passed = set(), set()
+    read = _reads(source) - bound_names(source)  # a bare name counts where the cell reads a
+    # global it did not bind itself (the learner's own `factor` is not the harness's)
     for node in ast.walk(tree):
         name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)
+        if isinstance(node, ast.Name) and (name not in read or name in by_attribute):
+            continue
+        if isinstance(node, ast.Attribute) and name in by_attribute and not _harness(node.value):
+            continue  # `model.training` is not the capstone's `training`
         if name in answers and isinstance(node, ast.Attribute | ast.Name):
             (passed if id(node) in fallback else direct).add(name)
     return direct, passed
 
 
-def stopping_cells(nb, name: str, answers: set[str]) -> list[int]:
+def _harness(owner: ast.expr) -> bool:
+    """Whether `owner.name` reads the harness: `cu.`, `lesson.` or `course_utils.` ..."""
+    text = ast.unparse(owner)
+    return text in ("cu", "lesson") or text.split(".")[0] == "course_utils"
+
+
+def stopping_cells(
+    nb, name: str, answers: set[str], by_attribute: frozenset[str] = frozenset()
+) -> list[int]:
     """Indices of the cells that may stop in the learner edition: those that run an answer or
     fall back on one, and those that read what such a cell binds. Raises AuthoringError for a
     cell that runs an answer without being a demo, and for a check or exercise among them."""
@@ -266,7 +365,7 @@ def stopping_cells(nb, name: str, answers: set[str]) -> list[int]:
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
-        direct, passed = _answers_used(cell.source, answers)
+        direct, passed = _answers_used(cell.source, answers, by_attribute)
         needs = sorted((_reads(cell.source) - bound_names(cell.source)) & set(names_from))
         if direct and DEMO_TAG not in cell.metadata.get("tags", []):
             raise AuthoringError(
@@ -287,21 +386,38 @@ def stopping_cells(nb, name: str, answers: set[str]) -> list[int]:
     return stopping
 
 
+def edition_repository(install_url: str) -> str | None:
+    """ "owner/name" of the GitHub repository `install_url` installs the edition from, whose
+    notebooks the Colab badges then open; None for the full course or another host."""
+    found = re.fullmatch(
+        r"git\+https://github\.com/([^/@]+/[^/@]+?)(?:\.git)?(?:@.*)?", install_url
+    )
+    edition = found[1] if found else None
+    return None if edition == COURSE_REPOSITORY else edition
+
+
+def _colab(repository: str) -> str:
+    return f"colab.research.google.com/github/{repository}/blob/main/notebooks/"
+
+
 def learner_notebooks(
-    solutions: Path, answers: set[str], install_url: str
+    solutions: Path, answers: set[str], install_url: str, by_attribute: frozenset[str] = frozenset()
 ) -> tuple[dict[str, str], dict[str, list[int]]]:
     """{name: notebook text} of every learner copy, checked; and the cells that may stop."""
     texts, stopping = {}, {}
     for path in sorted(solutions.glob("*.ipynb")):
         solution = read(path)
-        stopping[path.name] = stopping_cells(solution, path.name, answers)
+        stopping[path.name] = stopping_cells(solution, path.name, answers, by_attribute)
         nb = learner_copy(solution, path.name)
         setup = [c for c in nb.cells if c.cell_type == "code" and DEFAULT_INSTALL in c.source]
         if not setup:
             raise AuthoringError(path.name, None, f"no setup cell installs {DEFAULT_INSTALL}")
         for cell in setup:
             cell.source = cell.source.replace(DEFAULT_INSTALL, install_url)
-        texts[path.name] = dumps(nb)
+        text = dumps(nb)
+        if (edition := edition_repository(install_url)) is not None:
+            text = text.replace(_colab(COURSE_REPOSITORY), _colab(edition))
+        texts[path.name] = text
     if not texts:
         raise UsageError(f"no solution notebooks in {solutions}")
     return texts, stopping
@@ -352,15 +468,52 @@ def release(
 
 
 def _write(staging: Path, solutions: Path, install_url: str) -> ReleaseSummary:
-    withheld, left_out = copy_package(staging)
+    elsewhere = every_answer_elsewhere()
+    shared = shared_instruments(solutions, elsewhere)
+    entries = {e for es in elsewhere.values() for e in es} - set(shared)
+    withheld, left_out = copy_package(staging, elsewhere=by_module(entries))
     answers = {n for names in withheld.values() for n in names}
-    texts, stopping = learner_notebooks(solutions, answers, install_url)
+    helpers = frozenset(e.partition(":")[2] for e in entries)
+    texts, stopping = learner_notebooks(solutions, answers, install_url, helpers)
     (staging / "notebooks").mkdir()
     for name, text in texts.items():
         (staging / "notebooks" / name).write_text(text, encoding="utf-8")
     root = PACKAGE.parent
-    for name in ("pyproject.toml", "LICENSE", "environment.yml"):
-        if (root / name).exists():
-            shutil.copyfile(root / name, staging / name)
+    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "LICENSE", *SHIPPED_DOCS):
+        for path in sorted(root.glob(name)):  # the wheel's documents: notebooks link to them
+            target = staging / path.relative_to(root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+    (staging / "environment.yml").write_text(learner_environment(), encoding="utf-8")
     (staging / "README.md").write_text(README, encoding="utf-8")
-    return ReleaseSummary(staging, sorted(texts), withheld, left_out, stopping, install_url)
+    summary = ReleaseSummary(staging, sorted(texts), withheld, left_out, stopping, install_url)
+    summary.shared = shared
+    return summary
+
+
+def learner_environment(pyproject: Path = PACKAGE.parent / "pyproject.toml") -> str:
+    """environment.yml for a learner: the run-time dependencies, the self-check and
+    JupyterLab (`.[lab]`), none of the instructor's tools."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+    extras = project["optional-dependencies"]
+    wanted = [*project["dependencies"], *extras["check"], *extras["lab"]]
+    pins = [d for d in dict.fromkeys(wanted) if not d.startswith(project["name"])]
+    lines = [
+        "# conda env create -f environment.yml && conda activate faster-pytorch-training",
+        "# The learner edition's dependencies: pyproject.toml's run-time ones and its [lab] extra.",
+        "name: faster-pytorch-training",
+        "channels:",
+        "  - conda-forge",
+        "dependencies:",
+        f"  - python{project['requires-python']}",
+        "  - pip",
+        "  - pip:",
+        *(f"      - {d}" for d in pins),
+        "      - -e .",
+    ]
+    return "\n".join(lines) + "\n"

@@ -26,7 +26,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..release import PACKAGE, copy_package, withhold
+from ..release import PACKAGE, answers_elsewhere, by_module, copy_package, withhold
 
 STUB_BODY = "raise RuntimeError('decided by the judge: see course_utils.judged')"
 
@@ -81,20 +81,6 @@ def _replace(lines: list[str], spans: dict[tuple[int, int], str]) -> str:
     return "".join(lines)
 
 
-def answers_elsewhere(lesson_package: str, package: Path = PACKAGE) -> list[str]:
-    """The lesson's `ANSWERS_ELSEWHERE` ("module:name" strings), read without importing it."""
-    init = package / "lessons" / lesson_package / "__init__.py"
-    if not init.exists():
-        return []
-    for node in ast.parse(init.read_text(encoding="utf-8")).body:
-        targets = node.targets if isinstance(node, ast.Assign) else []
-        if isinstance(node, ast.AnnAssign) and node.value is not None:
-            targets = [node.target]  # ANSWERS_ELSEWHERE: tuple[str, ...] = (...)
-        if any(isinstance(t, ast.Name) and t.id == "ANSWERS_ELSEWHERE" for t in targets):
-            return [str(v) for v in ast.literal_eval(node.value)]
-    return []
-
-
 def _withhold_names(path: Path, module: str, names: set[str]) -> None:
     """Withhold the top-level functions or classes `names` of the module at `path`, as
     `course release` withholds references."""
@@ -116,11 +102,8 @@ def build(lesson_package: str | None, out: Path, package: Path = PACKAGE) -> Pat
         text = path.read_text(encoding="utf-8")
         if "check(" in text:
             path.write_text(strip_check_bodies(text, keep), encoding="utf-8")
-    by_module: dict[str, set[str]] = {}
-    for entry in answers_elsewhere(lesson_package) if lesson_package else []:
-        module, _, name = entry.partition(":")
-        by_module.setdefault(module, set()).add(name)
-    for module, names in by_module.items():
+    elsewhere = by_module(answers_elsewhere(lesson_package) if lesson_package else [])
+    for module, names in elsewhere.items():
         path = root.joinpath(*module.split(".")[1:]).with_suffix(".py")
         if not path.exists():
             path = root.joinpath(*module.split(".")[1:], "__init__.py")
