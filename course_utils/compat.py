@@ -21,6 +21,29 @@ WHEELS = (
 PAIRS = "https://github.com/pytorch/vision#installation"
 
 
+# The oldest torch every lesson runs on, and why (pyproject.toml's floor; a test keeps them in
+# step). Colab brings its own torch, newer than these.
+TORCH_FLOOR = "2.6"
+NEEDS = {
+    "2.6": "lesson 13 imports fully_shard from torch.distributed.fsdp (public from 2.6: "
+    "https://docs.pytorch.org/docs/2.6/distributed.fsdp.fully_shard.html)",
+    "2.5": "lesson 12 uses FlexAttention (torch.nn.attention.flex_attention, new in 2.5)",
+    "2.4": "lessons 06 and 13 launch with torch.distributed.run; lesson 16 uses "
+    "torch.distributed.pipelining (new in 2.4)",
+}
+
+
+def _release(version: str) -> tuple[int, int]:
+    major, minor = re.match(r"(\d+)\.(\d+)", version).groups()
+    return int(major), int(minor)
+
+
+def below_floor(torch_version: str) -> list[str]:
+    """What does not run on `torch_version`: the NEEDS of every newer release, newest first."""
+    have = _release(torch_version)
+    return [why for need, why in NEEDS.items() if have < _release(need)]
+
+
 def torchvision_for(torch_version: str) -> str | None:
     """The torchvision release series built for `torch_version` ("2.14.1+cu130" -> "0.29.*"),
     or None where the rule is not known (torch 1.x, or a major release after 2)."""

@@ -47,6 +47,16 @@ def env(verbose: bool = True) -> dict:
             ("data", info["dataset"]),
             ("quick mode", _mode_line(info)),
         ]
+        from .compat import TORCH_FLOOR, below_floor
+
+        missing = below_floor(torch.__version__)
+        if missing:
+            rows.append(
+                (
+                    f"below torch {TORCH_FLOOR}",
+                    "; ".join(missing) + f": pip install 'torch>={TORCH_FLOOR}'",
+                )
+            )
         width = max(len(k) for k, _ in rows)
         print("\n".join(f"{k:>{width}}: {v}" for k, v in rows))
         print(f"{'':>{width}}  {SWITCH}")

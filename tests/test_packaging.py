@@ -120,3 +120,33 @@ def test_course_help_starts_without_importing_torch():
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert run.stdout.strip() == "False"
+
+
+def test_the_torch_floor_is_the_newest_release_a_lesson_needs(pyproject):
+    """Issue 34: `torch>=2.4` promised lessons that need 2.6 (13's fully_shard) and 2.5 (12's
+    FlexAttention). compat.NEEDS says which lesson needs which release; the floor is the
+    newest of them, and torchvision's floor is the release built for it."""
+    from course_utils import compat
+
+    newest = max(compat.NEEDS, key=compat._release)
+    assert compat.TORCH_FLOOR == newest
+    bounds = lower_bounds(pyproject["project"]["dependencies"])
+    assert bounds["torch"] == f">={compat.TORCH_FLOOR}"
+    assert bounds["torchvision"] == ">=" + compat.torchvision_for(compat.TORCH_FLOOR).rstrip(".*")
+
+
+def test_the_installed_torch_meets_the_floor():
+    import torch
+
+    from course_utils import compat
+
+    assert compat.below_floor(torch.__version__) == []
+
+
+def test_a_torch_below_the_floor_is_told_what_will_not_run():
+    from course_utils import compat
+
+    assert compat.below_floor("2.6.0+cu124") == []
+    older = compat.below_floor("2.4.1")
+    assert len(older) == 2 and "lesson 13" in older[0] and "FlexAttention" in older[1]
+    assert compat.below_floor("2.5.0") == [compat.NEEDS["2.6"]]
