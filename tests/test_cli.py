@@ -155,6 +155,7 @@ def test_grade_passes_paths_and_options_to_the_grading_library(fake_library, cap
         "shard": None,
         "allow_mixed_devices": False,
         "lesson": None,
+        "isolation": "auto",
     }
     assert "graded" in capsys.readouterr().out
 
@@ -173,6 +174,7 @@ def test_grade_defaults(fake_library):
         "shard": None,
         "allow_mixed_devices": False,
         "lesson": None,
+        "isolation": "auto",
     }
 
 
@@ -183,6 +185,8 @@ def test_grade_passes_the_class_options(fake_library):
     assert (got["dask"], got["checks_only"], got["allow_mixed_devices"]) == ("local:2", True, True)
     assert main(["grade", "subs", "--shard", "1/3"]) == 0
     assert fake_library["grade"]["shard"] == "1/3"
+    assert main(["grade", "subs", "--isolation", "none"]) == 0
+    assert fake_library["grade"]["isolation"] == "none"
 
 
 def test_grade_refuses_dask_with_shard_or_jobs(fake_library, capsys):
