@@ -14,25 +14,20 @@ import torch
 from torch import nn
 
 from ...checks import Threshold, at_most, check, correct, retry_measure
-from ...measure import flops, time_fn
+from ...measure import flops
 from ...memory import activation_bytes
-from ...probes import LearnerRaised, observe, specimen_rng
+from ...probes import LearnerRaised, observe, observe_timed, specimen_rng
 from .demo import activation_cases
 from .diagnosis import (
     calls_diagnosis,
     layer_diagnosis,
-    read_timer,
     seconds,
     short_run_diagnosis,
     timer_diagnosis,
 )
 from .probes import (
     FAST_AT,
-    FAST_S,
-    GRADED,
     OUTLIER_AT,
-    OUTLIER_S,
-    REAL_STEP_SIZE,
     SHORT_REPEATS,
     SHORT_WARMUP,
     SLOW_CALLS,
@@ -41,8 +36,9 @@ from .probes import (
     TIMER_REPEATS,
     TIMER_WARMUP,
     async_recipe,
+    graded_recipe,
     matmul_recipe,
-    real_step,
+    queued_seconds,
     saved_bytes_of,
     timer_reading,
     train_flops_of,
@@ -63,7 +59,10 @@ THRESHOLDS = {
         "wake-ups, hence the asymmetric band, and the check retries 3 times). Wrong timers, "
         "from the scenario: no warm-up median 180 ms (6x), no warm-up mean 116 ms (3.9x), a "
         "warmed-up mean 50.5-51.1 ms (1.7x, n=5: one 230 ms and two 1 ms calls in 7 samples), "
-        "the middle sample unsorted or the maximum 230 ms (7.7x), milliseconds 1000x",
+        "the middle sample unsorted or the maximum 230 ms (7.7x), milliseconds 1000x. The "
+        "drawn steps (30-60 ms, the second 75-180 ms, STEP_US): the reference read 1.001-1.066x "
+        "at 30 and 60 ms and on a second step of 90 and 180 ms (n=5 each, load ~14); the "
+        "scenario's ratios are the same at every step (probes.graded_recipe)",
         measured_on=("cpu-bf16",),
     ),
     "single_high": Threshold(
@@ -85,18 +84,33 @@ THRESHOLDS = {
         "step the launch is the work), a mean 21.5-22.4 ms (n=5; load ~8)",
         measured_on=("cpu-bf16",),
     ),
-    "timer_vs_time_fn": Threshold(
-        0.35,
-        "512x512 matmul, learner timer / time_fn, median of 5 interleaved ratios: the reference "
-        "was within 0.003-0.020 (n=6, 2-core cpu-bf16 VM at load ~11), 0.17 at worst in the "
-        "test runs; milliseconds is off by 1000x",
+    "wall_of_calls": Threshold(
+        0.98,
+        "lowest accepted wall time of one run of the timer, as the check's clock sees the probe "
+        "call, / the work its warmup + repeats calls queue: the simulated device sleeps at "
+        "least each call's work and the probe waits for the queue, so any run that made the "
+        "calls reads >= 1: the reference read 1.0008-1.031 on the graded, short and second "
+        "steps at 30 and 60 ms (n=5 each, 2-core cpu-bf16 VM at load ~14); a timer that never "
+        "calls step() read 0.0002-0.01 (the red team's closure and frame readers)",
+        measured_on=("cpu-bf16",),
+    ),
+    "timer_vs_wall": Threshold(
+        2.5,
+        "512x512 matmul (warmup=1, repeats=5), the learner's figure against the judge's wall "
+        "clock around the whole call / 6, median of 5: the reference read 1.18-1.25 (n=4, in a notebook, 2-core cpu-bf16 VM at load ~8; 1.0 would need every call, the round trip included, equal to the median); a figure "
+        "in milliseconds is off 1000x, a sum of the repeats 5x, a timer that never calls "
+        "step() by the whole matmul",
         measured_on=("cpu-bf16",),
     ),
     "bytes_rel_error": Threshold(
         0.01,
-        "valid counts differ only by the 4-byte total_weight scalar nll_loss saves (0.015% of "
-        "the MLP case); parameters counted +1900%, double counting +54..92%, views keyed by "
-        "tensor address -15% (measured with torch 2.14 on CPU)",
+        "valid counts differ only by the 4-byte total_weight scalar nll_loss saves (<= 0.08% "
+        "of a case); over all 8,505 drawn specimens (ACTIVATION_SIZES, each case at each of "
+        "its 243 MLP and 315 attention sizes): parameters counted +443% at least on the MLP "
+        "(+0.8% at least on the attention, where the MLP catches it), every save counted "
+        "+47..96%, storages counted per save +80..216%, views keyed by tensor address "
+        "-12..-18% on the attention, view storages keyed by tensor address +94..142%, every "
+        "cause named as in the 12 red-team and test mistakes (torch 2.14 on CPU)",
         measured_on=("cpu-bf16",),
     ),
     "op_share_of_top": Threshold(
@@ -107,44 +121,94 @@ THRESHOLDS = {
         "1.46-2.6x in the sorts scenario (its 8 sorts against one mm, n=4 at load ~10), "
         "whose sort rows grouped by input shape held 0.3-0.6x the mm's; 2.3-89x in the argsort "
         "scenario, where aten::argsort, which wraps the sort, had < 0.2x its self time (n=8 at "
-        "load ~10)",
+        "load ~10). With the sizes drawn per run (slowest_op.draw_sizes), at the ends of each "
+        "range, n=4 profiles each at load 13-19: loop cumsum-first 3.4-8.2x, erfinv-first "
+        "5.2-9.6x; resize bicubic-first 7.3-24x, nearest-first 12-109x; sorts sort-first "
+        "2.0-3.9x (grouped by shape, an mm row first in 8 of 8), median-first 4.1-9.4x (an mm "
+        "row first in 8 of 8); argsort sort-first 2.8-298x, cdist-first 4.5-176x",
         measured_on=("cpu-bf16",),
     ),
 }
 
 
-def _timer_diagnosis(t: float, time_step) -> str:
+def _timer_diagnosis(t: float, time_step, step_s: float) -> str:
     return timer_diagnosis(
         t,
         time_step,
         THRESHOLDS["timer_low"].value,
         THRESHOLDS["timer_high"].value,
         THRESHOLDS["fastest_sample"].value,
+        step_s,
     )
 
 
-def _short_run(time_step, low: float):
+# The step's duration is drawn per run in the judge (probes.specimen_rng), in microseconds: a
+# notebook gets the first, the 30 ms every threshold's evidence was first measured on; the
+# judge any of 30-60 ms, the one-off, outlier and fast calls scaled with it
+# (probes.graded_recipe). Load only adds delay, and the same delay is a smaller share of a
+# longer step, so the 30 ms evidence holds across the range (THRESHOLDS).
+STEP_US = range(30_000, 60_001)
+# A second, steady step, 2.5-3x the first (drawn too; 2.5x in a notebook), timed with the same
+# warmup and repeats: no number lies within [timer_low, timer_high] of both (0.75 x 2.5 > 1.5),
+# so no timer that returns a constant, or the same value for the same arguments, passes both
+TWIN_PERCENT = range(250, 301)
+
+
+def _wall_of_calls(wall: float, recipe: dict, warmup: int, repeats: int) -> tuple[bool, str]:
+    """Whether the judge's clock saw the work of warmup + repeats calls: the probe cannot
+    return before the work its step's calls queued has run, so a run of `wall` seconds made
+    fewer calls if `wall` is shorter. The check's own clock, not a count in the learner's
+    process, is the evidence."""
+    work = queued_seconds(recipe, warmup + repeats)
+    ok = wall >= THRESHOLDS["wall_of_calls"].value * work
+    said = (
+        f"the call of your timer took {wall * 1e3:.4g} ms by the check's clock; "
+        f"warmup + repeats = {warmup + repeats} calls of this step queue {work * 1e3:.4g} ms"
+    )
+    if not ok:
+        said += (
+            ": fewer calls of step() ran than that, whatever was counted (each call queues its "
+            "work, and the run waits for it before it returns)"
+        )
+    return ok, said
+
+
+def _timed_run(time_step, recipe: dict, warmup: int, repeats: int, ok) -> tuple[float, dict]:
+    """The learner's timer on `recipe` (retried while its reading fails `ok`), as (its reading,
+    {'calls': the count beside it, 'wall': the seconds the judge's clock saw the run take})."""
+    seen_last: dict = {}
+
+    def measure() -> float:
+        seen, wall = observe_timed(timer_reading, time_step, recipe, warmup, repeats)
+        seen_last.update(calls=int(seen["calls"]), wall=wall)
+        t = seconds(seen["seconds"])
+        return t if t is not None else float("nan")
+
+    return retry_measure(measure, ok=ok), seen_last
+
+
+def _short_run(time_step, low: float, step_s: float):
     """The step with its slow first calls only, timed with warmup=SHORT_WARMUP (exactly those
     calls) and a single repeat: a timer that starts its first clock reading before the
     warm-up's queued work has finished has that work in its only sample, whatever statistic it
     takes; one that warms up fewer times than `warmup` times a slow call; one that drops its
     first sample has none left. No slow call after the warm-up: a timer with one untimed extra
     call (the count passes it) would meet it. One sample has no median to shield it from a
-    stall, hence its own, wider limit (`single_high`)."""
-    high = THRESHOLDS["single_high"].value * STEP_S
+    stall, hence its own, wider limit (`single_high`). The judge's clock must see the work of
+    the warm-up and the sample."""
+    high = THRESHOLDS["single_high"].value * step_s
     raised: list[LearnerRaised] = []
+    recipe = async_recipe(step_s, SLOW_CALLS, SLOW_S * step_s / STEP_S)
+    seen: dict = {}
 
     def measure() -> float:
         try:
-            return read_timer(
-                time_step,
-                async_recipe(STEP_S, SLOW_CALLS, SLOW_S),
-                repeats=SHORT_REPEATS,
-                warmup=SHORT_WARMUP,
-            )
+            t, last = _timed_run(time_step, recipe, SHORT_WARMUP, SHORT_REPEATS, lambda t: True)
         except LearnerRaised as exc:  # the learner's error is the reading: no retry helps
             raised.append(exc)
             return float("inf")
+        seen.update(last)
+        return t
 
     t = retry_measure(measure, ok=lambda t: bool(raised) or low <= t <= high)
     run = f"the step with its slow first calls only, warmup={SHORT_WARMUP}, repeats={SHORT_REPEATS}"
@@ -156,13 +220,36 @@ def _short_run(time_step, low: float):
         return correct("short run", False, said)
     ok = low <= t <= high
     said = (
-        f"{run}: your timer says {t * 1e3:.4g} ms, expected {STEP_S * 1e3:.0f} ms "
+        f"{run}: your timer says {t * 1e3:.4g} ms, expected {step_s * 1e3:.1f} ms "
         f"({low * 1e3:.1f} to {high * 1e3:.0f} ms: one sample, so a stall can lengthen it)"
     )
     if not ok:
-        said += f": {short_run_diagnosis(t, time_step, high / STEP_S)}"
+        said += f": {short_run_diagnosis(t, time_step, high / step_s)}"
+    else:
+        ok, wall_said = _wall_of_calls(seen["wall"], recipe, SHORT_WARMUP, SHORT_REPEATS)
+        said += f"; {wall_said}"
     value = t if t == t else None
-    return correct("short run", ok, said, value=value, threshold=STEP_S, unit=" s")
+    return correct("short run", ok, said, value=value, threshold=step_s, unit=" s")
+
+
+def _second_step(time_step, twin_s: float):
+    """A steady step 2.5-3x as long as the graded one, same warmup and repeats: a reading that
+    fits the first step by luck (a constant, a value replayed from feedback) cannot fit this
+    one too. The judge's clock must see its calls' work."""
+    low, high = THRESHOLDS["timer_low"].value * twin_s, THRESHOLDS["timer_high"].value * twin_s
+    recipe = async_recipe(twin_s, 0, 0.0)
+    t, seen = _timed_run(time_step, recipe, TIMER_WARMUP, TIMER_REPEATS, lambda t: low <= t <= high)
+    ok = low <= t <= high
+    said = (
+        f"a steady step queueing {twin_s * 1e3:.1f} ms per call, warmup={TIMER_WARMUP}, "
+        f"repeats={TIMER_REPEATS}: your timer says {t * 1e3:.4g} ms, expected "
+        f"{twin_s * 1e3:.1f} ms ({low * 1e3:.1f} to {high * 1e3:.0f} ms)"
+    )
+    if ok:
+        ok, wall_said = _wall_of_calls(seen["wall"], recipe, TIMER_WARMUP, TIMER_REPEATS)
+        said += f"; {wall_said}"
+    value = t if t == t else None
+    return correct("second step", ok, said, value=value, threshold=twin_s, unit=" s")
 
 
 @check(
@@ -176,74 +263,83 @@ def _short_run(time_step, low: float):
 def check_step_timer(time_step) -> list:
     """The learner's timer on an asynchronous step with every trap (slow first calls, one
     slow call in the middle of the run, two fast ones), its calls counted; on a short run of
-    one sample after exactly as many warm-up calls as slow ones; and on a real matmul against
-    time_fn. # CHANGED in issue 34: the slow call is the middle sample in time order (an
-    unsorted middle passed), the short run takes one sample (a lower median of two passed a
-    timer without a sync after the warm-up) after warmup=4 (`warmup - 1` warm-up calls
-    passed), and a count short of warmup + repeats fails."""
-    low, high = THRESHOLDS["timer_low"].value * STEP_S, THRESHOLDS["timer_high"].value * STEP_S
-
-    calls: list[int] = [0]  # calls to step() in the last attempt
-
-    def measure() -> float:
-        seen = observe(timer_reading, time_step, GRADED, TIMER_WARMUP, TIMER_REPEATS)
-        calls[0] = int(seen["calls"])
-        t = seconds(seen["seconds"])
-        return t if t is not None else float("nan")
-
-    measured = retry_measure(measure, ok=lambda t: low <= t <= high)
+    one sample after exactly as many warm-up calls as slow ones; on a steady step 2.5-3x as
+    long; and on a real matmul against the judge's clock. # CHANGED in issue 34: the slow call is the
+    middle sample in time order (an unsorted middle passed), the short run takes one sample (a
+    lower median of two passed a timer without a sync after the warm-up) after warmup=4
+    (`warmup - 1` warm-up calls passed), and a count short of warmup + repeats fails.
+    # CHANGED after the grading red team (issue 32): the step's duration is drawn per run
+    (STEP_US), a second step defeats a constant, and each run must take, by the check's own
+    clock, at least the work its calls queue (a timer that counted nothing passed by writing
+    the in-kernel counter)."""
+    rng = specimen_rng()
+    step_s = rng.choice(STEP_US) / 1e6
+    twin_s = step_s * rng.choice(TWIN_PERCENT) / 100
+    low, high = THRESHOLDS["timer_low"].value * step_s, THRESHOLDS["timer_high"].value * step_s
+    recipe = graded_recipe(step_s)
+    kwargs = recipe["kwargs"]
+    measured, seen = _timed_run(
+        time_step, recipe, TIMER_WARMUP, TIMER_REPEATS, lambda t: low <= t <= high
+    )
     ok = low <= measured <= high
     fast = " and ".join(str(k) for k in FAST_AT)
     parts = [
         correct(
             "async step",
             ok,
-            f"a step queueing {STEP_S * 1e3:.0f} ms of work (its first {SLOW_CALLS} calls "
-            f"+{SLOW_S * 1e3:.0f} ms, call {OUTLIER_AT} +{OUTLIER_S * 1e3:.0f} ms, calls {fast} "
-            f"only {FAST_S * 1e3:.0f} ms), timed with warmup={TIMER_WARMUP}, "
+            f"a step queueing {step_s * 1e3:.1f} ms of work (its first {SLOW_CALLS} calls "
+            f"+{recipe['args'][2] * 1e3:.0f} ms, call {OUTLIER_AT} "
+            f"+{kwargs['outlier_s'] * 1e3:.0f} ms, calls {fast} only "
+            f"{kwargs['fast_s'] * 1e3:.2g} ms), timed with warmup={TIMER_WARMUP}, "
             f"repeats={TIMER_REPEATS}: your timer says {measured * 1e3:.4g} ms, expected "
-            f"{STEP_S * 1e3:.0f} ms ({low * 1e3:.1f} to {high * 1e3:.0f} ms: load only adds delay)"
-            + ("" if ok else f": {_timer_diagnosis(measured, time_step)}"),
+            f"{step_s * 1e3:.1f} ms ({low * 1e3:.1f} to {high * 1e3:.0f} ms: load only adds delay)"
+            + ("" if ok else f": {_timer_diagnosis(measured, time_step, step_s)}"),
             value=measured if ok or measured == measured else None,
-            threshold=STEP_S,
+            threshold=step_s,
             unit=" s",
         )
     ]
-    follows, said = calls_diagnosis(calls[0], time_step)
+    follows, said = calls_diagnosis(seen["calls"], time_step)
+    if follows:  # the count is the kernel's; a pass rests on the check's clock
+        follows, wall_said = _wall_of_calls(seen["wall"], recipe, TIMER_WARMUP, TIMER_REPEATS)
+        said += f"; {wall_said}"
     parts.append(
         correct(
             "calls to step()",
             follows,
             said,
-            value=float(calls[0]),
+            value=float(seen["calls"]),
             threshold=float(TIMER_WARMUP + TIMER_REPEATS),
             unit=" calls",
         )
     )
-    if ok:  # a timer wrong on the long run is told why there; this run would only repeat it
-        parts.append(_short_run(time_step, low))
-    # On a real step of this machine the timer must agree with the harness, which times the
-    # same matmul here (in the judge, under `course grade`). The two alternate, so a change
-    # in machine load hits both alike.
-    mine = real_step(REAL_STEP_SIZE)
+    if ok:  # a timer wrong on the long run is told why there; these runs would only repeat it
+        parts.append(_short_run(time_step, low, step_s))
+        parts.append(_second_step(time_step, twin_s))
 
+    # On a real step of this machine (a matmul, where the learner's code runs) the timer must
+    # agree with the judge's own clock around the whole call: warmup + repeats calls took that
+    # long. One process's calls against one clock: a load that slows the matmul slows both.
     def disagreement() -> float:
-        ratios = []
+        factors = []
         for _ in range(5):
-            ref = time_fn(mine, warmup=1, repeats=5, min_sample_s=0).median
-            seen = observe(timer_reading, time_step, matmul_recipe(), 1, 5)
+            seen, wall = observe_timed(timer_reading, time_step, matmul_recipe(), 1, 5)
             got = seconds(seen["seconds"])
-            ratios.append(got / ref if got is not None else float("inf"))
-        return abs(statistics.median(ratios) - 1)
+            per_call = wall / (1 + 5)
+            ratio = got / per_call if got is not None and got > 0 else float("inf")
+            factors.append(max(ratio, 1 / ratio))
+        return statistics.median(factors)
 
-    limit = THRESHOLDS["timer_vs_time_fn"].value
-    err = retry_measure(disagreement, ok=lambda e: e <= limit)
+    limit = THRESHOLDS["timer_vs_wall"].value
+    off = retry_measure(disagreement, ok=lambda f: f <= limit)
     parts.append(
         at_most(
             "real step",
-            err,
+            off,
             limit,
-            "relative difference from cu.time_fn, 512x512 matmul",
+            "512x512 matmul: how many times your figure is off from the judge's clock around "
+            "the call, divided by its 6 calls",
+            unit="x",
             timed=True,
         )
     )
@@ -290,9 +386,24 @@ def _bytes_diagnosis(got: float, forward: Callable, expected: int) -> str:
     )
 
 
-# the MLP's batch is drawn from these (probes.specimen_rng): small, so parameters dominate
-# when counted, and the evidence of bytes_rel_error holds at each
-ACTIVATION_BATCHES = (8, 6, 10)  # the first in a notebook
+# The specimens' sizes are drawn per run (probes.specimen_rng), the first of each in a
+# notebook: a batch, the MLP's width and depth, the attention's width and sequence length,
+# 9 x 9 x 3 x 7 x 5 = 8,505 specimens, so bytes copied out of earlier feedback fit another
+# run by chance only. Small batches through wide layers, so parameters dominate when counted;
+# bytes_rel_error's evidence (each mistake's error, and the cause named) holds at every one
+ACTIVATION_SIZES = {
+    "batch": (8, 4, 5, 6, 7, 9, 10, 11, 12),
+    "hidden": (256, 128, 160, 192, 224, 288, 320, 352, 384),
+    "depth": (3, 2, 4),
+    "width": (128, 64, 96, 160, 192, 224, 256),
+    "seq": (16, 8, 12, 20, 24),
+}
+
+
+def activation_sizes() -> dict[str, int]:
+    """The sizes of this run's activation specimens (demo.activation_cases' arguments)."""
+    rng = specimen_rng()
+    return {name: rng.choice(options) for name, options in ACTIVATION_SIZES.items()}
 
 
 @check(
@@ -303,13 +414,18 @@ ACTIVATION_BATCHES = (8, 6, 10)  # the first in a notebook
 )
 def check_activation_bytes(saved_bytes) -> list:
     tol, parts = THRESHOLDS["bytes_rel_error"].value, []
-    batch = specimen_rng().choice(ACTIVATION_BATCHES)
-    for name, forward in activation_cases(batch).items():
+    sizes = activation_sizes()
+    batch = sizes["batch"]
+    for name, forward in activation_cases(**sizes).items():
         expected = activation_bytes(forward)
-        got = seconds(observe(saved_bytes_of, saved_bytes, name, batch))  # any real number
+        got = seconds(observe(saved_bytes_of, saved_bytes, name, sizes))  # any real number
         ok = got is not None and abs(got - expected) <= tol * expected
         message = (
-            f"batch {batch}: you counted {got!r} bytes; the saved storages hold {expected:,} bytes"
+            f"batch {batch}, seq {sizes['seq']}: you counted {got!r} bytes; the saved storages "
+            f"hold {expected:,} bytes"
+            if name.startswith("attention")
+            else f"batch {batch}: you counted {got!r} bytes; the saved storages hold "
+            f"{expected:,} bytes"
         )
         if not ok:
             message += (

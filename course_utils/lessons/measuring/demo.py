@@ -82,18 +82,22 @@ class ChunkedAttention(nn.Module):
         return self.out(weights @ v).sum()
 
 
-def activation_cases(batch: int = 8) -> dict[str, Callable[[], torch.Tensor]]:
+def activation_cases(
+    batch: int = 8, hidden: int = 256, depth: int = 3, width: int = 128, seq: int = 16
+) -> dict[str, Callable[[], torch.Tensor]]:
     """Forward passes chosen so that each counting mistake changes the total by >= 15%:
     a small batch through large weights (parameters counted), ReLU outputs saved by two ops
     (double counting), and views of one storage at several offsets (views). `batch` (a small
-    one: 6 to 10) sizes the MLP's batch and half of it the attention's: the checks vary it."""
+    one: 4 to 12) sizes the MLP's batch and half of it the attention's; `hidden` and `depth`
+    size the MLP, `width` (a multiple of 4: four chunks) and `seq` the attention. The checks
+    vary them all; the defaults are the notebook's."""
     torch.manual_seed(0)
-    mlp, attention = MLP(dim=64, hidden=256, depth=3), ChunkedAttention()
+    mlp, attention = MLP(dim=64, hidden=hidden, depth=depth), ChunkedAttention(width=width)
     x_mlp, y_mlp = torch.randn(batch, 64), torch.randint(0, 10, (batch,))
-    x_att = torch.randn(batch // 2, 16, 32)
+    x_att = torch.randn(batch // 2, seq, 32)
     return {
-        "MLP(64->256 x3) + cross-entropy": lambda: F.cross_entropy(mlp(x_mlp), y_mlp),
-        "attention over chunked views": lambda: attention(x_att),
+        f"MLP(64->{hidden} x{depth}) + cross-entropy": lambda: F.cross_entropy(mlp(x_mlp), y_mlp),
+        f"attention over chunked views, {width} wide": lambda: attention(x_att),
     }
 
 
@@ -128,56 +132,90 @@ def with_one_off(step: Callable[[], None], times: float) -> Callable[[], None]:
     return first_call_slow
 
 
-# the sort runs over 8 score tensors of different lengths (300k numbers in all), so that no one
-# input shape of it holds as much self time as the wide layer's mm: a table grouped by input
-# shape ranks the mm first
+# the sort runs over 8 score tensors of different lengths (300k numbers in all at the first
+# size), so that no one input shape of it holds as much self time as the wide layer's mm: a
+# table grouped by input shape ranks the mm first
 SORT_LENGTHS = tuple(range(34_000, 42_000, 1_000))
 # one argsort of this many scores: aten::argsort only wraps aten::sort, so a ranking by total
 # (inclusive) time names the wrapper, and by self time the sort inside it
 RANKED_SCORES = 150_000
+# Each step's two competing operators, by size (0: the second does not run): the checks draw
+# sizes that make either of them the top one (slowest_op.draw_sizes); these, the first, are
+# the notebook's steps. loop: cumsum and erfinv calls (65,536 numbers each); resize: the side
+# of the bicubic and of the nearest upsampled images; sorts: the first of 8 lengths sorted
+# (1,000 apart) and of 96 lengths whose median is taken (50 apart: many input shapes, none
+# holding as much as the mm); argsort: the scores
+# argsorted, and the points whose L1 distance to 128 centres cdist computes
+HIDDEN_OP_SIZES = {
+    "600 cheap calls in a loop": [600, 0],
+    "resizing inside the step": [256, 0],
+    "full sorts in the loss": [SORT_LENGTHS[0], 0],
+    "hard examples by argsort": [RANKED_SCORES, 0],
+}
 
 
-def hidden_op_steps() -> dict[str, Callable[[], None]]:
+def hidden_op_steps(sizes: dict | None = None) -> dict[str, Callable[[], None]]:
     """Training steps of small models where one operator takes most of the time, and it is
     not the one a reader would guess (the matmuls), nor the one with the largest total time
     (the `train_step` range that contains everything), nor the single slowest call, nor the
     largest row of a table grouped by input shape, nor an operator whose total time holds
-    the top operator's (aten::argsort, around aten::sort)."""
+    the top operator's (aten::argsort around aten::sort, aten::log_softmax around
+    aten::_log_softmax). Each step has two candidates, sized by `sizes` (HIDDEN_OP_SIZES'
+    keys; those not given are the notebook's): which one wins depends on the sizes."""
+    sizes = {**HIDDEN_OP_SIZES, **(sizes or {})}
+    n_cumsum, n_erfinv = sizes["600 cheap calls in a loop"]
+    bicubic_px, nearest_px = sizes["resizing inside the step"]
+    sort_first, median_first = sizes["full sorts in the loss"]
+    n_ranked, n_points = sizes["hard examples by argsort"]
     torch.manual_seed(0)
     mlp = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
     x, y = torch.randn(256, 1024), torch.randint(0, 10, (256,))
-    scores = [torch.randn(n) for n in SORT_LENGTHS]
+    scores = [torch.randn(sort_first + 1_000 * k) for k in range(8)] if sort_first else []
+    samples = [torch.randn(median_first + 50 * k) for k in range(96)] if median_first else []
     wide, xw, series = nn.Linear(1024, 1024), torch.randn(256, 1024), torch.randn(65_536)
+    quantiles = torch.rand(65_536) * 0.98 + 0.01
     conv, images = nn.Conv2d(3, 16, 3, padding=1), torch.randn(16, 3, 32, 32)
-    ranked, head = torch.randn(RANKED_SCORES), nn.Linear(1024, 10)
+    ranked, head = torch.randn(n_ranked), nn.Linear(1024, 10)
+    points, centres = torch.randn(n_points, 64), torch.randn(128, 64)
 
     def sorted_regulariser() -> None:
         with record_function("train_step"):
             loss = F.cross_entropy(mlp(x), y)
             with record_function("regulariser"):
                 top = sum(s.sort().values[-10:].sum() for s in scores)  # full sorts for 10 values
-            (loss + 0 * top).backward()
+                mid = sum(s.median() for s in samples)
+            (loss + 0 * top + 0 * mid).backward()
 
     def many_small_calls() -> None:
         with record_function("train_step"):
             h = wide(xw)
-            for _ in range(600):  # a Python loop of cheap calls adds up
+            running = inverse = series[:1]
+            for _ in range(n_cumsum):  # a Python loop of cheap calls adds up
                 running = series.cumsum(0)
-            (h.square().mean() + 0 * running[-1]).backward()
+            for _ in range(n_erfinv):
+                inverse = quantiles.erfinv()
+            (h.square().mean() + 0 * running[-1] + 0 * inverse[-1]).backward()
 
     def resize_in_the_step() -> None:
         with record_function("train_step"):
             with record_function("augment"):
-                big = F.interpolate(images, size=(256, 256), mode="bicubic", align_corners=False)
+                big = F.interpolate(
+                    images, size=(bicubic_px, bicubic_px), mode="bicubic", align_corners=False
+                )
                 small = F.avg_pool2d(big, 8)
-            conv(small).square().mean().backward()
+                extra = 0.0
+                if nearest_px:
+                    nearest = F.interpolate(images, size=(nearest_px, nearest_px), mode="nearest")
+                    extra = nearest[..., ::97, ::97].sum()
+            (conv(small).square().mean() + 0 * extra).backward()
 
     def hardest_by_argsort() -> None:
         with record_function("train_step"):
             loss = F.cross_entropy(head(x[:64]), y[:64])
             with record_function("hard_examples"):
                 hardest = ranked.argsort(descending=True)[:10]  # a full sort for 10 indices
-            (loss + 0 * ranked[hardest].sum()).backward()
+                far = torch.cdist(points, centres, p=1).amin(1) if n_points else ranked[:1]
+            (loss + 0 * ranked[hardest].sum() + 0 * far.sum()).backward()
 
     return {  # the sorts late: a per-call answer fails on the loop first, and is told so
         "600 cheap calls in a loop": many_small_calls,

@@ -51,15 +51,18 @@ def _read_or_nan(time_step, recipe: dict, *, repeats: int, warmup: int = TIMER_W
         return float("nan")
 
 
-def timer_diagnosis(t: float, time_step, low: float, high: float, fastest_max: float) -> str:
-    """Why the timer read `t`, told apart by probe steps that each lack one of the scenario's
-    traps: a synchronous step (no waiting in synchronize()), a steady one (no slow calls), one
-    slow call after the warm-up only, and a synchronous one with two empty calls (a timer
-    reading below `fastest_max` x the step there reports its fastest sample). A cause is named
-    only when its probe confirms it."""
+def timer_diagnosis(
+    t: float, time_step, low: float, high: float, fastest_max: float, step_s: float = STEP_S
+) -> str:
+    """Why the timer read `t` on the graded scenario at a step of `step_s`, told apart by probe
+    steps (of STEP_S) that each lack one of the scenario's traps: a synchronous step (no
+    waiting in synchronize()), a steady one (no slow calls), one slow call after the warm-up
+    only, and a synchronous one with two empty calls (a timer reading below `fastest_max` x
+    the step there reports its fastest sample). A cause is named only when its probe confirms
+    it."""
     if t != t:  # NaN: the timer did not return a number
         return "return the median as a float number of seconds"
-    ratio = t / STEP_S
+    ratio = t / step_s
     if 0.75 * 1e3 <= ratio <= high * 1e3:  # load only adds delay, as for seconds
         return "that is milliseconds: return seconds, as time.perf_counter() gives them"
     if ratio < low:

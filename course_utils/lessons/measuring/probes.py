@@ -79,7 +79,39 @@ def matmul_recipe(size: int = REAL_STEP_SIZE) -> dict:
     return {"kind": "matmul", "size": size}
 
 
-GRADED = async_recipe(outlier_at=OUTLIER_AT, outlier_s=OUTLIER_S, fast_at=FAST_AT, fast_s=FAST_S)
+def graded_recipe(step_s: float = STEP_S) -> dict:
+    """The graded scenario at a step of `step_s`: its one-off, outlier and fast calls scaled
+    with it (5x, 6.7x and 1/30 of the step, as 150, 200 and 1 ms are of 30 ms), so every ratio
+    a wrong timer reads (6x, 1.7x, 25x, ...) is the same at any step the check draws."""
+    scale = step_s / STEP_S
+    return async_recipe(
+        step_s,
+        SLOW_CALLS,
+        SLOW_S * scale,
+        outlier_at=OUTLIER_AT,
+        outlier_s=OUTLIER_S * scale,
+        fast_at=FAST_AT,
+        fast_s=FAST_S * scale,
+    )
+
+
+GRADED = graded_recipe(STEP_S)
+
+
+def queued_seconds(recipe: dict, calls: int) -> float:
+    """The seconds of work the first `calls` calls of an async recipe's step queue: a lower
+    bound on the wall time of any run that made them (each launch sleeps at least that long on
+    the simulated device, and timer_reading waits for the queue before it returns)."""
+    step_s, slow_calls, slow_s = recipe["args"]
+    kwargs = recipe["kwargs"]
+    total = 0.0
+    for k in range(1, calls + 1):
+        if k in kwargs["fast_at"]:
+            total += kwargs["fast_s"]
+            continue
+        total += step_s + (slow_s if k <= slow_calls else 0.0)
+        total += kwargs["outlier_s"] if k == kwargs["outlier_at"] else 0.0
+    return total
 
 
 def real_step(size: int) -> Callable[[], None]:
@@ -141,9 +173,9 @@ def timer_reading(
 
 
 @probe
-def saved_bytes_of(saved_bytes, case: str, batch: int):
-    """What the learner's function counts for one forward of demo.activation_cases."""
-    return saved_bytes(activation_cases(batch)[case])
+def saved_bytes_of(saved_bytes, case: str, sizes: dict):
+    """What the learner's function counts for one forward of demo.activation_cases(**sizes)."""
+    return saved_bytes(activation_cases(**sizes)[case])
 
 
 @probe
@@ -152,14 +184,16 @@ def train_flops_of(mlp_train_flops, batch: int, dims: list[int]):
 
 
 @probe
-def slowest_op_named(slowest_op, scenario: str, one_off_times: float | None):
-    """The learner's answer on one hidden-op step, warmed up, on one thread (steady timings on
-    a shared machine); with `one_off_times`, the step handed over pays a one-off cost in its
-    first call."""
+def slowest_op_named(
+    slowest_op, scenario: str, one_off_times: float | None, sizes: list[int] | None = None
+):
+    """The learner's answer on one hidden-op step (its two candidates sized by `sizes`, the
+    notebook's when None), warmed up, on one thread (steady timings on a shared machine);
+    with `one_off_times`, the step handed over pays a one-off cost in its first call."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        step = hidden_op_steps()[scenario]
+        step = hidden_op_steps({scenario: list(sizes)} if sizes else None)[scenario]
         step()
         return slowest_op(_with_one_off(step, one_off_times) if one_off_times else step)
     finally:

@@ -5,24 +5,56 @@ wrong answer is told which of them it made."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from ...checks import check, correct
-from ...probes import LearnerRaised, observe
+from ...probes import LearnerRaised, observe, specimen_rng
 from .checks import THRESHOLDS
-from .demo import ONE_OFF_OP, hidden_op_steps, single_call_probe
+from .demo import HIDDEN_OP_SIZES, ONE_OFF_OP, hidden_op_steps, single_call_probe
 from .probes import slowest_op_named, slowest_op_on_single_call_step
 
-# the loop scenario is asked 4 times: its slowest single call is an mm or the step's own
-# range in most profiles, a cumsum hit by a scheduler stall in some (1 of 8 at load 10), so
-# a slowest-single-call answer passes all 4 asks (each with one retry) with p ~ 0.003
+# the loop scenario is asked 4 times (each on sizes drawn afresh): its slowest single call is
+# an mm or the step's own range in most profiles, a cumsum hit by a scheduler stall in some
+# (1 of 8 at load 10), so a slowest-single-call answer passes all 4 asks (each with one retry)
+# with p ~ 0.003
 ASKS = {"600 cheap calls in a loop": 4}
 # the scenario whose step, as the learner gets it, pays a one-off cost in its first call: an
 # operator taking ONE_OFF_TIMES the whole step's time in that call (a wait: no CPU taken from others)
 ONE_OFF, ONE_OFF_TIMES = {"resizing inside the step"}, 3.0
+
+
+def draw_sizes(scenario: str, rng: random.Random) -> list[int]:
+    """The sizes of a hidden-op step's two candidates (demo.HIDDEN_OP_SIZES), drawn per run
+    (probes.specimen_rng): which candidate is the top operator is drawn too, half the time
+    each, so the operator that earlier feedback named for a scenario is right by chance only,
+    and the code of a step shows its candidates but not the winner. Each range keeps the top
+    operator >= 2x the next in every profile (THRESHOLDS["op_share_of_top"]); a notebook gets
+    the first option of each draw, the step of HIDDEN_OP_SIZES. `rng`: the check's
+    specimen_rng(), one for all its draws (each specimen_rng() starts the same sequence)."""
+    second_wins = rng.choice((False, True))
+    if scenario == "600 cheap calls in a loop":  # (cumsum calls, erfinv calls): 600 in all
+        erfinv = rng.choice(range(450, 551)) if second_wins else rng.choice(range(0, 61))
+        return [600 - erfinv, erfinv]
+    if scenario == "resizing inside the step":  # (bicubic side, nearest side)
+        if second_wins:
+            return [rng.choice(range(64, 97, 8)), rng.choice(range(640, 769, 8))]
+        return [rng.choice(range(256, 321, 8)), rng.choice((0, *range(128, 257, 8)))]
+    if scenario == "full sorts in the loss":  # (first length sorted, first length of medians)
+        if second_wins:
+            return [
+                rng.choice(range(3_000, 5_001, 100)),
+                rng.choice(range(45_000, 55_001, 250)),
+            ]
+        return [rng.choice(range(34_000, 36_001, 100)), 0]  # 96 small medians cost ~50 ms
+    if scenario == "hard examples by argsort":  # (scores argsorted, points for cdist)
+        if second_wins:
+            return [rng.choice(range(10_000, 20_001, 500)), rng.choice(range(5_000, 6_001, 50))]
+        return [rng.choice(range(150_000, 180_001, 1_000)), rng.choice((0, *range(100, 301, 10)))]
+    return list(HIDDEN_OP_SIZES[scenario])
 
 
 def _profile(step: Callable[[], None]) -> dict[str, tuple[float, int, float]]:
@@ -142,15 +174,24 @@ def check_slowest_op(slowest_op) -> list:
     call paying a one-off cost), against this side's own profile of the warmed-up step.
     # CHANGED in issue 34: the exercise is now a diagnosis of a colleague's function (it
     profiles the first call and ranks by total time); section 4 no longer states the recipe.
-    The check itself is unchanged."""
-    parts, threads = [], torch.get_num_threads()
+    # CHANGED after the grading red team (issue 32): each step has two candidate operators
+    whose sizes, drawn per run (draw_sizes), decide which one is the top one; the loop's four
+    asks each get their own draw."""
+    parts, threads, rng = [], torch.get_num_threads(), specimen_rng()
     torch.set_num_threads(1)  # one thread: steady timings on a shared machine
     try:
-        for scenario, step in hidden_op_steps().items():
-            step()  # warm-up: first calls pay one-off costs
+        for scenario in HIDDEN_OP_SIZES:
             right = all(p.status == "passed" for p in parts)
             asks, one_off = ASKS.get(scenario, 1), scenario in ONE_OFF
-            parts.append(_judge_op(scenario, step, slowest_op, asks, one_off, right))
+            for i in range(asks):
+                sizes = draw_sizes(scenario, rng)
+                step = hidden_op_steps({scenario: sizes})[scenario]
+                step()  # warm-up: first calls pay one-off costs
+                again = f" (answer {i + 1} of {asks})" if asks > 1 else ""
+                part = _judge_op(scenario, step, slowest_op, sizes, one_off, right, again)
+                if part.status != "passed" or i == asks - 1:
+                    parts.append(part)
+                    break
     finally:
         torch.set_num_threads(threads)
     return parts
@@ -160,33 +201,32 @@ def _judge_op(
     scenario: str,
     step: Callable[[], None],
     slowest_op,
-    asks: int,
+    sizes: list[int],
     one_off: bool,
     right_before: bool,
+    again: str,
 ):
-    """Ask `asks` times, each wrong answer once more: a stall on a loaded machine can mislead
-    one profile of a right method, rarely two in a row; an answer that follows the noise of
-    one profile (the slowest single call) is wrong in most of them. With `one_off`, every
-    call of `slowest_op` gets the step afresh, its first call slowed by ONE_OFF_OP. The
-    learner's function profiles the kernel's copy of the step (a probe); this profiles its
-    own."""
+    """Ask once, a wrong answer once more: a stall on a loaded machine can mislead one profile
+    of a right method, rarely two in a row; an answer that follows the noise of one profile
+    (the slowest single call) is wrong in most of them. With `one_off`, every call of
+    `slowest_op` gets the step afresh, its first call slowed by ONE_OFF_OP. The learner's
+    function profiles the kernel's copy of the step, built from the same `sizes` (a probe);
+    this profiles its own."""
     share, ops = THRESHOLDS["op_share_of_top"].value, _profile(step)
-    for i in range(asks):
-        for _attempt in range(2):
-            name = observe(
-                slowest_op_named, slowest_op, scenario, ONE_OFF_TIMES if one_off else None
-            )
-            if not isinstance(name, str):
-                kind = getattr(name, "type_name", type(name).__name__)
-                return correct(scenario, False, f"returned {kind}: return .key, a string")
-            if ops.get(name, (0.0,))[0] < share * _top(ops)[1]:
-                ops = _profile(step)  # a second look, in case a stall hit our profile
-            if ops.get(name, (0.0,))[0] >= share * _top(ops)[1]:
-                break
-        else:
-            again = f" (answer {i + 1} of {asks})" if asks > 1 else ""
-            why = _op_diagnosis(name, ops, step, slowest_op, right_before)
-            return correct(scenario, False, why + again)
+    for _attempt in range(2):
+        name = observe(
+            slowest_op_named, slowest_op, scenario, ONE_OFF_TIMES if one_off else None, sizes
+        )
+        if not isinstance(name, str):
+            kind = getattr(name, "type_name", type(name).__name__)
+            return correct(scenario, False, f"returned {kind}: return .key, a string")
+        if ops.get(name, (0.0,))[0] < share * _top(ops)[1]:
+            ops = _profile(step)  # a second look, in case a stall hit our profile
+        if ops.get(name, (0.0,))[0] >= share * _top(ops)[1]:
+            break
+    else:
+        why = _op_diagnosis(name, ops, step, slowest_op, right_before)
+        return correct(scenario, False, why + again)
     top, best = _top(ops)
     total = sum(o[0] for o in ops.values())
     return correct(
