@@ -329,9 +329,6 @@ def emit(result: CheckResult) -> None:
 # learner's code themselves, so they run in the learner's kernel, as before grading v3, and
 # `course grade` reads their result from the notebook. Emptied lesson by lesson.
 LEGACY: set[str] = {
-    "06-ddp-script", "06-no-sync",
-    "07-accumulation", "07-checkpointed-forward", "07-plan",
-    "13-predict-bytes", "13-choose-plan", "13-fully-shard",
 }  # fmt: skip
 
 

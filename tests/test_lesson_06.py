@@ -22,7 +22,7 @@ from check_helpers import failure, status_of
 from course_utils.authoring import learner_copy, read
 from course_utils.lessons import distributed as lesson
 from course_utils.lessons.distributed import checks as lesson_checks
-from course_utils.lessons.distributed import ending
+from course_utils.lessons.distributed import ending, learner_runs
 from course_utils.lessons.distributed import workload as lesson_workload
 from course_utils.lessons.distributed.colleague import MAIN_GUARD, colleague_scripts
 from course_utils.lessons.distributed.judge import RankFailed, judge_parameters, judge_trace
@@ -362,7 +362,7 @@ def probed(tmp_path_factory):
         assert text != SOLUTION["accumulate.py"] or name == "solution", name
         paths[name] = folder / f"{name}.py"
         paths[name].write_text(text)
-    results = lesson_checks.measure_no_sync(list(paths.values()))
+    results = learner_runs.measure_no_sync(list(paths.values()))
     failed = [r for r in results.values() if "launch" in r]
     if failed:  # one failed launch would fail every test below: say why, once
         pytest.fail(f"probe.py launch failed:\n{failed[0]['launch'].tail(400)}")
@@ -371,7 +371,7 @@ def probed(tmp_path_factory):
 
 def check_probed(probed, monkeypatch, name: str):
     paths, results = probed
-    monkeypatch.setattr(lesson_checks, "measure_no_sync", lambda p, t=None: results)
+    monkeypatch.setattr(learner_runs, "measure_no_sync", lambda p, t=None, offset=0: results)
     return paths[name]
 
 
@@ -517,8 +517,8 @@ def test_ddp_check_message_names_the_backend_and_devices(monkeypatch, tmp_path):
     script = tmp_path / "ddp_train.py"
     script.write_text("")
     done = Launch(["torchrun"], 0, 3.0, 120, "")
-    monkeypatch.setattr(lesson_checks, "torchrun", lambda *a, **k: done)
-    monkeypatch.setattr(lesson_checks, "start_alone", lambda *a, **k: Finished(done))
+    monkeypatch.setattr(learner_runs, "torchrun", lambda *a, **k: done)  # the probe's launch
+    monkeypatch.setattr(learner_runs, "start_alone", lambda *a, **k: Finished(done))
     exc = failure(lesson.check_ddp_script, script)  # no trace: the ranks did not train
     assert "2 processes (NCCL, one GPU each) finished after 3.0 s" in exc.summary
 
@@ -640,3 +640,125 @@ def test_checkpoint_that_is_not_a_state_dict_fails_saying_what_it_holds(tmp_path
     torch.save(lesson_workload.make_model(), tmp_path / "module.pt")  # a pickled module
     _, part = ending.judge_checkpoint(tmp_path / "module.pt")
     assert part.status == "failed" and "weights_only=True" in part.message
+
+
+# --- judged as `course grade` judges: the check body here, the learner's side in a child ------
+
+
+@pytest.fixture
+def judged_files(tmp_path, monkeypatch):
+    """The files of the judged cases (the solution's and a red-team wrong answer per check),
+    and a module naming each as the locked cells hand it to the check (a LearnerFile: the
+    check's probes then run beside it, in the child), importable here and in the child."""
+    import os
+    import textwrap
+
+    here = Path(__file__).parent
+    paths = [str(here), str(here / "redteam"), str(tmp_path)]
+    for path in paths:
+        monkeypatch.syspath_prepend(path)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]))
+    import test_06_ddp as redteam
+
+    body = redteam.train_body(loss_factor=" * dist.get_world_size()")
+    folders = {
+        "solution": SOLUTION,
+        "loss_times_world": {  # wrong-loss-times-world: gradients summed, the weights show it
+            "ddp_setup.py": redteam.setup_with(),
+            "ddp_train.py": redteam.TRAIN.format(body=textwrap.indent(body.strip("\n"), "    ")),
+        },
+        "sync_first": {  # wrong-sync-first-micro-batch
+            "accumulate.py": redteam.HEAD + redteam.ACCUMULATE["wrong-sync-first-micro-batch"],
+        },
+    }
+    names = ["from course_utils.lessons.distributed.learner_runs import LearnerFile"]
+    for folder, files in folders.items():
+        (tmp_path / folder).mkdir()
+        write(tmp_path / folder, files)
+        for name in files:  # as the locked cells hand a file to the check
+            path = str(tmp_path / folder / name)
+            names.append(f"{folder.upper()}_{name[:-3].upper()} = LearnerFile({path!r})")
+    (tmp_path / "judged_files_06.py").write_text("\n".join(names) + "\n")
+    monkeypatch.delitem(sys.modules, "judged_files_06", raising=False)  # this test's files
+    import judged_files_06
+
+    return judged_files_06
+
+
+JUDGED_REFERENCES = [
+    ("06-ddp-script", "judged_files_06:SOLUTION_DDP_TRAIN"),
+    ("06-no-sync", "judged_files_06:SOLUTION_ACCUMULATE"),
+]
+JUDGED_WRONG = [
+    ("06-ddp-script", "check_ddp_script", "judged_files_06:LOSS_TIMES_WORLD_DDP_TRAIN"),
+    ("06-no-sync", "check_no_sync", "judged_files_06:SYNC_FIRST_ACCUMULATE"),
+]
+
+
+@pytest.mark.parametrize(
+    "check_id, answer", JUDGED_REFERENCES, ids=[c for c, _ in JUDGED_REFERENCES]
+)
+def test_the_solution_passes_when_judged_outside_the_learners_process(
+    judged_files, check_id, answer
+):
+    from judge_helpers import remote_verdict
+
+    verdict = remote_verdict(check_id, answer)
+    assert verdict["status"] == "passed", verdict["message"]
+
+
+@pytest.mark.parametrize(
+    "check_id, check, answer", JUDGED_WRONG, ids=[c for c, _, _ in JUDGED_WRONG]
+)
+def test_a_wrong_answer_gets_the_same_verdict_judged_as_in_a_notebook(
+    judged_files, check_id, check, answer
+):
+    from judge_helpers import remote_verdict
+
+    here = status_of(getattr(lesson, check), getattr(judged_files, answer.partition(":")[2]))
+    verdict = remote_verdict(check_id, answer)
+    assert here == verdict["status"] == "failed", verdict["message"]
+
+
+def test_the_locked_cells_hand_the_checks_the_learners_file(tmp_path, monkeypatch):
+    """A path is plain data, and a probe given only data runs where the check runs (in the
+    judge, outside the learner's sandbox): the locked cells' check_ddp_script and
+    check_no_sync hand the checks a handle on the file, whose probes run beside it."""
+    seen = []
+    for name in ("check_ddp_script_file", "check_no_sync_file"):
+        monkeypatch.setattr(lesson_checks, name, lambda f, **k: seen.append((f, k)) or "verdict")
+    assert lesson.check_ddp_script(tmp_path / "ddp_train.py", timeout_s=5) == "verdict"
+    assert lesson.check_no_sync(tmp_path / "accumulate.py") == "verdict"
+    (script, first), (accumulate, second) = seen
+    assert isinstance(script, learner_runs.LearnerFile) and first == {"timeout_s": 5}
+    assert script() == str(tmp_path / "ddp_train.py") and script.__name__ == "ddp_train.py"
+    assert accumulate() == str(tmp_path / "accumulate.py") and second == {"timeout_s": None}
+
+
+def test_a_bare_path_is_refused_rather_than_run_where_the_check_runs(tmp_path):
+    exc = failure(lesson_checks.check_ddp_script_file, str(tmp_path / "ddp_train.py"))
+    assert exc.status == "error" and "LearnerFile" in exc.summary
+
+
+@pytest.mark.parametrize("offset", lesson_checks.OFFSETS)
+def test_at_every_drawn_offset_the_known_mistakes_stay_far_apart(offset):
+    """The micro-batches start at an offset the judge draws: at each, every candidate gradient
+    (the full-batch mean, each known mistake's) stays far beyond grad_rtol from the others,
+    so a mistake is still named only when a rank's gradient is that mistake's."""
+    import itertools
+
+    from course_utils.lessons.distributed import gradients
+
+    cpu, world = torch.device("cpu"), lesson_checks.WORLD
+    for rank in range(world):
+        mine, (gx, gy) = gradients.micro_batches(rank, world, cpu, offset)
+        full = gradients.one_process_grad([(gx, gy)], cpu)
+        candidates = {"full": full, "unscaled": len(mine) * full}
+        candidates["local"] = gradients.one_process_grad(mine, cpu)
+        candidates.update(gradients.known_mistakes(rank, world, cpu, offset))
+        scale = full.abs().max().item()
+        closest = min(
+            (a - b).abs().max().item() / scale
+            for a, b in itertools.combinations(candidates.values(), 2)
+        )
+        assert closest > 0.3 > 1000 * lesson.THRESHOLDS["grad_rtol"].value, (offset, rank)

@@ -13,6 +13,7 @@ from check_helpers import fails, failure, not_attempted, status_of
 from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
 from course_utils.lessons import accumulation as lesson
+from course_utils.lessons.accumulation import accumulation_check
 from course_utils.lessons.accumulation import checks as lesson_checks
 from course_utils.lessons.accumulation.planning import Measured
 
@@ -446,3 +447,93 @@ def test_cuda_peak_probe_warms_up_before_its_first_measurement(monkeypatch):
     monkeypatch.setattr(demo, "cuda_peak_memory", fake_peak)
     assert demo.step_peak_bytes(lambda: events.append("step"), torch.device("cuda")) == 1
     assert events == ["step", "measure", "step"]
+
+
+# --- judged as `course grade` judges: the check body here, the learner's side in a child ------
+
+JUDGED_REFERENCES = [
+    ("07-accumulation", "course_utils.lessons.accumulation.reference:reference_accumulate_epoch"),
+    (
+        "07-checkpointed-forward",
+        "course_utils.lessons.accumulation.reference:reference_checkpointed_forward",
+    ),
+    ("07-plan", "course_utils.lessons.accumulation.reference:reference_plan"),
+]
+# a wrong answer of the red team per check, its verdict in a notebook and in the judge
+JUDGED_WRONG = [
+    ("07-accumulation", "check_accumulation", "accum_guide_fixed"),  # the last group dropped
+    ("07-checkpointed-forward", "check_checkpointed_forward", "ckpt_sqrt_rule"),  # rebuild probe
+    ("07-plan", "check_plan", "plan_strict_budget"),  # a made-up budget exactly on a peak
+]
+
+
+@pytest.fixture
+def redteam_importable(monkeypatch):
+    """The red team's module, importable here and in the judged child (tests/ and
+    tests/redteam/ on its path)."""
+    import os
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    paths = [str(here), str(here / "redteam")]
+    for path in paths:
+        monkeypatch.syspath_prepend(path)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]))
+    import test_07_accumulation
+
+    return test_07_accumulation
+
+
+@pytest.mark.parametrize(
+    "check_id, answer", JUDGED_REFERENCES, ids=[c for c, _ in JUDGED_REFERENCES]
+)
+def test_the_reference_passes_when_judged_outside_the_learners_process(check_id, answer):
+    from judge_helpers import remote_verdict
+
+    verdict = remote_verdict(check_id, answer)
+    assert verdict["status"] == "passed", verdict["message"]
+
+
+@pytest.mark.parametrize(
+    "check_id, check, answer", JUDGED_WRONG, ids=[c for c, _, _ in JUDGED_WRONG]
+)
+def test_a_wrong_answer_gets_the_same_verdict_judged_as_in_a_notebook(
+    redteam_importable, check_id, check, answer
+):
+    from judge_helpers import remote_verdict
+
+    here = status_of(getattr(lesson, check), getattr(redteam_importable, answer))
+    verdict = remote_verdict(check_id, f"test_07_accumulation:{answer}")
+    assert here == verdict["status"] == "failed", verdict["message"]
+
+
+def test_a_stand_in_probe_sent_to_the_judge_is_refused():
+    """The locked cell passes no probe; under the judge a second answer (a stand-in probe the
+    kernel would measure with) is refused, so a plan cannot be judged on made-up figures."""
+    from judge_helpers import remote_verdict
+
+    verdict = remote_verdict(
+        "07-plan",
+        "course_utils.lessons.accumulation.reference:reference_plan",
+        "course_utils.lessons.accumulation.planning:MadeUpProbe",
+    )
+    assert verdict["status"] == "failed" and "its own probe" in verdict["message"]
+
+
+class _Pick:
+    """A specimen_rng stand-in that draws the i-th option of every choice (the last where
+    there are fewer): each option the judge may draw, in turn."""
+
+    def __init__(self, i: int):
+        self.i = i
+
+    def choice(self, options):
+        return options[min(self.i, len(options) - 1)]
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_every_drawn_accumulation_specimen_passes_the_reference_and_fails_the_guide(monkeypatch, i):
+    monkeypatch.setattr(accumulation_check, "specimen_rng", lambda: _Pick(i))
+    assert lesson.check_accumulation(lesson.reference_accumulate_epoch).status == "passed"
+    exc = failure(lesson.check_accumulation, lesson.guide_accumulate_epoch)
+    assert "the last, partial group was dropped" in str(exc)

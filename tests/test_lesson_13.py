@@ -10,6 +10,7 @@ reference and two mistakes; COURSE_TESTS=all runs the rest.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,12 +19,14 @@ from check_helpers import failure, not_attempted, status_of
 
 from course_utils.authoring import learner_copy, read
 from course_utils.lessons import fsdp as lesson
-from course_utils.lessons.fsdp import collectives, plans, shard_check, specimens
+from course_utils.lessons.fsdp import collectives, plans, specimens
+from course_utils.lessons.fsdp import probes as fsdp_probes
 from course_utils.lessons.fsdp.diagnose import variants
 from course_utils.lessons.fsdp.reference_scripts import SHARD
 from course_utils.lessons.fsdp.shard_groups import preflight
 from course_utils.lessons.fsdp.shard_probe import SPEC
 from course_utils.lessons.fsdp.sharding import fake_world, wrap
+from course_utils.probes import Local
 
 ALL = os.environ.get("COURSE_TESTS") == "all"
 NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "13_fsdp.ipynb"
@@ -262,7 +265,7 @@ def test_choose_passes_the_reference_and_says_not_attempted_for_the_stub():
     ids=["always-reshard", "always-ddp", "always-keep"],
 )
 def test_choose_fails_a_fixed_plan_where_it_does_not_fit_or_is_not_the_fastest(plan, failing):
-    result = lesson.check_plan.__wrapped__(lambda scenario: plan)
+    result = lesson.check_plan.__wrapped__(Local(lambda scenario: plan))  # the body: answers
     assert {p.name for p in result if p.status == "failed"} == failing
 
 
@@ -274,7 +277,7 @@ def test_choose_fails_a_plan_judged_on_held_bytes_without_the_step_peak():
                 return strategy, reshard
         return "fsdp", True
 
-    parts = lesson.check_plan.__wrapped__(held_only)
+    parts = lesson.check_plan.__wrapped__(Local(held_only))
     assert {p.name for p in parts if p.status == "failed"} >= {"only resharding fits"}
     assert "does not fit" in part_named(parts, "only resharding fits").message
 
@@ -321,14 +324,14 @@ def _no_launch(*args, **kwargs):
 def test_shard_of_the_root_first_is_told_to_shard_bottom_up_before_any_launch(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(shard_check, "torchrun", _no_launch)
+    monkeypatch.setattr(fsdp_probes, "torchrun", _no_launch)  # the launching probe's
     body = "def shard_model(model):\n    fully_shard(model)\n    for b in model.blocks:\n        fully_shard(b)\n"
     exc = failure(lesson.check_shard, _file(tmp_path, body))
     assert exc.status == "failed" and "bottom-up" in exc.summary, exc.summary
 
 
 def test_shard_of_a_copy_is_told_to_shard_in_place_before_any_launch(tmp_path, monkeypatch):
-    monkeypatch.setattr(shard_check, "torchrun", _no_launch)
+    monkeypatch.setattr(fsdp_probes, "torchrun", _no_launch)  # the launching probe's
     body = (
         "import copy\n\n\ndef shard_model(model):\n    model = copy.deepcopy(model)\n"
         "    for b in model.blocks:\n        fully_shard(b)\n    fully_shard(model)\n"
@@ -362,9 +365,8 @@ def test_the_head_is_wide_enough_that_a_block_beside_it_exceeds_the_gather_slack
 
 @pytest.mark.skipif(not ALL, reason="two more launches: COURSE_TESTS=all")
 def test_shard_of_the_root_only_gathers_the_whole_model_at_once(tmp_path):
-    result = lesson.check_shard.__wrapped__(
-        _file(tmp_path, "def shard_model(model):\n    fully_shard(model)\n")
-    )
+    path = _file(tmp_path, "def shard_model(model):\n    fully_shard(model)\n")
+    result = lesson.check_shard.__wrapped__(Local(fsdp_probes.LearnerFile(path)))  # the body
     assert [p.status for p in result] == ["passed", "passed", "failed"]
 
 
@@ -375,3 +377,107 @@ def test_shard_with_one_group_per_linear_is_valid(tmp_path):
         "        fully_shard(b.down)\n    fully_shard(model)\n"
     )
     assert status_of(lesson.check_shard, _file(tmp_path, body)) == "passed"
+
+
+# --- judged as `course grade` judges: the check body here, the learner's side in a child ------
+
+
+@pytest.fixture
+def judged_answers(tmp_path, monkeypatch):
+    """Importable here and in the judged child: the red team's module, and a module naming
+    exercise 3's files as the locked cell hands one to the check (a LearnerFile: the check's
+    probes then run beside it, in the child)."""
+    here = Path(__file__).parent
+    paths = [str(here), str(here / "redteam"), str(tmp_path)]
+    for path in paths:
+        monkeypatch.syspath_prepend(path)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]))
+    import test_13_blind
+
+    files = {
+        "REFERENCE": SHARD,
+        "ROOT_FIRST": test_13_blind._script(test_13_blind.WRONG_ROOT_FIRST),
+    }
+    lines = ["from course_utils.lessons.fsdp.probes import LearnerFile"]
+    for name, text in files.items():  # as the locked cell hands a file to the check
+        (tmp_path / f"{name.lower()}.py").write_text(text)
+        lines.append(f"{name} = LearnerFile({str(tmp_path / f'{name.lower()}.py')!r})")
+    (tmp_path / "judged_files_13.py").write_text("\n".join(lines) + "\n")
+    monkeypatch.delitem(sys.modules, "judged_files_13", raising=False)  # this test's files
+    return test_13_blind
+
+
+JUDGED_REFERENCES = [
+    ("13-predict-bytes", "course_utils.lessons.fsdp.reference:reference_predict_bytes"),
+    ("13-choose-plan", "course_utils.lessons.fsdp.reference:reference_choose_plan"),
+    ("13-fully-shard", "judged_files_13:REFERENCE"),
+]
+# a wrong answer of the blind red team per check, its verdict in a notebook and in the judge
+JUDGED_WRONG = [
+    ("13-predict-bytes", "check_predict", "test_13_blind:wrong_fsdp_floor_rows"),
+    ("13-choose-plan", "check_plan", "test_13_blind:wrong_always_ddp"),
+    ("13-fully-shard", "check_shard", "judged_files_13:ROOT_FIRST"),  # told before a launch
+]
+
+
+@pytest.mark.parametrize(
+    "check_id, answer", JUDGED_REFERENCES, ids=[c for c, _ in JUDGED_REFERENCES]
+)
+def test_the_reference_passes_when_judged_outside_the_learners_process(
+    judged_answers, check_id, answer
+):
+    from judge_helpers import remote_verdict
+
+    verdict = remote_verdict(check_id, answer)
+    assert verdict["status"] == "passed", verdict["message"]
+
+
+@pytest.mark.parametrize(
+    "check_id, check, answer", JUDGED_WRONG, ids=[c for c, _, _ in JUDGED_WRONG]
+)
+def test_a_wrong_answer_gets_the_same_verdict_judged_as_in_a_notebook(
+    judged_answers, check_id, check, answer
+):
+    import importlib
+
+    from judge_helpers import remote_verdict
+
+    module, _, name = answer.partition(":")
+    here = status_of(getattr(lesson, check), getattr(importlib.import_module(module), name))
+    verdict = remote_verdict(check_id, answer)
+    assert here == verdict["status"] == "failed", verdict["message"]
+
+
+def test_the_locked_cell_hands_the_check_the_learners_file(tmp_path, monkeypatch):
+    """A path is plain data, and a probe given only data runs where the check runs (in the
+    judge, outside the learner's sandbox): the locked cell's check_shard hands the check a
+    handle on the file, whose probes run beside it; a bare path is refused."""
+    seen = []
+    monkeypatch.setattr(lesson.shard_check, "check_shard_file", lambda f: seen.append(f) or "ok")
+    assert lesson.check_shard(tmp_path / "shard.py") == "ok"
+    assert isinstance(seen[0], fsdp_probes.LearnerFile) and seen[0]() == str(tmp_path / "shard.py")
+    monkeypatch.undo()
+    exc = failure(lesson.shard_check.check_shard_file, str(tmp_path / "shard.py"))
+    assert exc.status == "error" and "LearnerFile" in exc.summary
+
+
+class _Pick:
+    """A specimen_rng stand-in that draws the i-th option of every choice (the last where
+    there are fewer): each option the judge may draw, in turn."""
+
+    def __init__(self, i: int):
+        self.i = i
+
+    def choice(self, options):
+        return options[min(self.i, len(options) - 1)]
+
+
+@pytest.mark.parametrize("i", [1, 2])
+def test_the_reference_prediction_is_exact_on_every_drawn_specimen(i):
+    cases = specimens.drawn(_Pick(i))
+    assert cases != specimens.CASES
+    measured = lesson.checks.measured_specimens(cases)
+    for case in cases:
+        for strategy in lesson.STRATEGIES:
+            got = PREDICT(case.spec.build(), strategy, case.world, case.optimizer)
+            assert got == measured[case.name, strategy], (case.name, strategy)

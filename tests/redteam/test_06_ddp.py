@@ -13,7 +13,7 @@ import pytest
 from redteam_helpers import SLOW, assert_verdict, run_check
 
 from course_utils.lessons import distributed as lesson
-from course_utils.lessons.distributed import checks
+from course_utils.lessons.distributed import learner_runs
 
 # --- 06-ddp-script: ddp_setup.py + ddp_train.py ----------------------------------------------
 
@@ -380,7 +380,7 @@ def no_sync_results(tmp_path_factory):
         (root / case).mkdir()
         paths[case] = root / case / "accumulate.py"
         paths[case].write_text(HEAD + body)
-    results = checks.measure_no_sync(list(paths.values()))
+    results = learner_runs.measure_no_sync(list(paths.values()))
     return paths, results
 
 
@@ -388,8 +388,8 @@ def no_sync_results(tmp_path_factory):
 def test_no_sync(request, monkeypatch, no_sync_results, body, expected, cause, not_causes):
     paths, results = no_sync_results
     path = paths[request.node.callspec.id].resolve()
-    monkeypatch.setattr(
-        checks, "measure_no_sync", lambda ps, t=None: {str(path): results[str(path)]}
+    monkeypatch.setattr(  # where the check's probe launches (learner_runs)
+        learner_runs, "measure_no_sync", lambda ps, t=None, o=0: {str(path): results[str(path)]}
     )
     verdict = run_check(lesson.check_no_sync, path)
     assert_verdict(verdict, expected, cause, not_causes)

@@ -1,27 +1,40 @@
-"""Lesson 07's checks: an accumulated epoch equal to full-batch steps, a checkpointing layout
-that fits a memory budget with the least recomputation, and a micro-batch plan that fits a
-memory budget at the best speed."""
+"""Lesson 07's checks: the thresholds of all three, and exercise 2's (a checkpointing layout
+that fits a memory budget with the least recomputation). Exercise 1's (an accumulated epoch
+equal to full-batch steps) is in accumulation_check.py, exercise 3's (a micro-batch plan that
+fits a memory budget at the best speed) in plan_check.py.
+
+Each body runs the learner's code only through probes (probes.py) and computes what the
+probes' data must equal itself: the full-batch steps, the plain step's gradients, peak and
+Linear calls, the fewest blocks the budget needs, the plain step's time (timed here, beside
+the learner's step timed from here), the peaks of every plan and the best plan.
+"""
 
 from __future__ import annotations
 
 import torch
 
 from ...checks import Part, Threshold, at_most, check, correct, not_applicable, retry_measure
-from ...device import device_class, get_device
+from ...device import device_class
 from ...measure import compare, steady_cpu
+from ...memory import activation_bytes
+from ...probes import observe, specimen_rng
 from ...protocol import FAILED
 from . import demo
-from .diagnose import (
-    dropout_switched_off,
-    grad_mismatch,
-    memory_cause,
-    rebuild,
-    rebuild_cause,
-    step_grads,
+from .diagnose import grad_mismatch, memory_cause, rebuild_cause, step_grads
+from .layouts import StepCost, fewest_first_k, plain_cost
+from .probes import (
+    as_rebuild,
+    build_stack,
+    checkpointed_grads,
+    checkpointed_output,
+    dropout_left_off,
+    rebuild_layout,
+    saved_bytes,
+    seeded_step,
+    stack_spec,
+    step_readings,
+    timed_step,
 )
-from .layouts import StepCost, fewest_first_k, step_cost
-from .planning import EFFECTIVE_BATCH, MadeUpProbe, Probe, budgets
-from .reference import reference_plan
 
 THRESHOLDS = {
     "grad_rel_error": Threshold(
@@ -87,105 +100,11 @@ THRESHOLDS = {
     ),
 }
 
-# --- exercise 1: accumulation ---------------------------------------------------------------
-
-SCENARIOS = [(7, 4, 3), (6, 5, 2)]  # (micro-batches, samples each, accumulation steps)
-
-
-def _count_mistake(got: demo.Trajectory, want: demo.Trajectory, problem) -> str:
-    """Name the mistake behind a wrong number of optimizer steps ('' if it is right)."""
-    n_micro, k, steps = len(problem.micro_batches), problem.k, len(want.grads)
-    if len(got.grads) == steps:
-        return ""
-    if len(got.grads) == n_micro:
-        why = "it steps on every micro-batch; step once per group of accum_steps"
-    elif len(got.grads) == steps - 1 and len(problem.groups[-1]) < k:
-        why = "the last, partial group was dropped: step it too"
-    else:
-        why = "expected one optimizer.step() per group of accum_steps micro-batches"
-    return (
-        f"optimizer.step() ran {len(got.grads)} times for {n_micro} micro-batches and "
-        f"accum_steps={k}; expected {steps}: {why}"
-    )
-
-
-def _gradient_mistake(i: int, got: demo.Trajectory, want: demo.Trajectory, problem) -> str:
-    """Name the mistake behind a wrong gradient at optimizer step i."""
-    g, e, k, size = got.grads[i], want.grads[i], problem.k, len(problem.groups[i])
-    where = (
-        f"at optimizer step {i + 1} the gradient is off by {demo.rel_error(g, e):.2g} (relative)"
-    )
-    scale = float(g @ e / (e @ e))
-    if demo.rel_error(g, scale * e) <= 1e-6:  # the right direction, the wrong size
-        if abs(scale - size) < 1e-6 * size:
-            fix = "divide each micro-batch's loss by the number of micro-batches in its group"
-        elif size < k and abs(scale - size / k) < 1e-6:
-            fix = f"this last group has {size} micro-batch(es) but the loss was divided by {k}"
-        else:
-            fix = "the loss is scaled wrongly"
-        return f"{where}: it is {scale:.3g}x the full-batch gradient; {fix}"
-    if any(demo.rel_error(g, want.last_micro[i] / d) <= 1e-6 for d in (k, size, 1)):
-        return (
-            f"{where}: it equals the last micro-batch's gradient alone; zero_grad() runs "
-            "inside the micro-batch loop and wipes the earlier ones"
-        )
-    if i > 0 and demo.rel_error(g - got.grads[i - 1], e) <= 1e-6:
-        return (
-            f"{where}: it still holds the previous step's gradient; zero the gradients after "
-            "each optimizer.step()"
-        )
-    return f"{where}; expected the gradient of one step on the whole group"
-
-
-def _diagnose(got: demo.Trajectory, want: demo.Trajectory, problem) -> str:
-    """'' when every step matches the full-batch one, else the first mistake, named."""
-    if why := _count_mistake(got, want, problem):
-        return why
-    tol = THRESHOLDS["grad_rel_error"].value
-    for i, (g, e) in enumerate(zip(got.grads, want.grads, strict=True)):
-        if demo.rel_error(g, e) > tol:
-            return _gradient_mistake(i, got, want, problem)
-    return ""
-
-
-@check(
-    "07-accumulation",
-    points=3,
-    hint="Set each optimizer.step() beside one step on the whole group of micro-batches it "
-    "covers: how many groups does the loader make, and which mean must the last, shorter "
-    "group's gradient be? Reread section 1 and the guide's loop measured there.",
-)
-def check_accumulation(accumulate_epoch):
-    parts = []
-    for n_micro, micro, k in SCENARIOS:
-        problem = demo.make_accum_problem(n_micro, micro, k)
-        got = demo.learner_trajectory(accumulate_epoch, problem)
-        want = demo.full_batch_trajectory(problem)
-        why = _diagnose(got, want, problem)
-        worst = max(
-            (demo.rel_error(g, e) for g, e in zip(got.grads, want.grads, strict=False)), default=1.0
-        )
-        ok = not why
-        msg = (
-            f"{len(want.grads)} optimizer steps, each gradient equal to a full-batch step within "
-            f"{worst:.1g} (float64, tolerance {THRESHOLDS['grad_rel_error'].value:g})"
-            if ok
-            else why
-        )
-        parts.append(
-            correct(
-                f"{n_micro} micro-batches of {micro}, accum_steps={k}",
-                ok,
-                msg,
-                value=worst,
-                threshold=THRESHOLDS["grad_rel_error"].value,
-                better="lower",
-            )
-        )
-    return parts
-
-
 # --- exercise 2: checkpoint just enough for a memory budget ----------------------------------
+
+# the stack's weights, input and dropout masks come from this seed, drawn in the judge (the
+# first in a notebook): every threshold of exercise 2 rests on shapes, which stay
+STACK_SEEDS = (0, 1, 2, 3)
 
 
 def time_limit() -> float:
@@ -195,15 +114,31 @@ def time_limit() -> float:
     return THRESHOLDS["time_ratio_gpu" if on_gpu else "time_ratio_cpu"].value
 
 
-def _dropout_cause(checkpointed_forward, blocks, x, got: dict, tol: float) -> str:
+class _Plain:
+    """The judge's own stack (the same weights, input and masks as the kernel's) and what its
+    plain step gives: the reference every reading of the learner's layout is set beside."""
+
+    def __init__(self, spec: dict) -> None:
+        self.spec = spec
+        self.blocks, self.x = build_stack(spec)
+        self._grads: dict[bool, dict] = {}
+
+    def grads(self, train: bool) -> dict:
+        if train not in self._grads:
+            with steady_cpu():
+                self._grads[train] = step_grads(demo.plain_forward, self.blocks, self.x, train)
+        return self._grads[train]
+
+
+def _dropout_cause(checkpointed_forward, plain: _Plain, got: dict, tol: float) -> str:
     """Why the gradients differ with dropout on, where a probe tells: a step that trains
     without dropout gives the plain model's eval-mode gradients; new masks in the rebuild
     give the plain model's gradients only when dropout is off."""
-    plain_eval = step_grads(demo.plain_forward, blocks, x, False)
+    plain_eval = plain.grads(False)
     if not grad_mismatch(got, plain_eval, tol)[0]:
-        off = dropout_switched_off(checkpointed_forward, blocks, x)
+        off = observe(dropout_left_off, checkpointed_forward, plain.spec)
         how = (
-            f"your forward left {off} of the {len(blocks)} dropout layers in eval mode"
+            f"your forward left {off} of the {len(plain.blocks)} dropout layers in eval mode"
             if off
             else "dropout did not act in your step"
         )
@@ -212,7 +147,8 @@ def _dropout_cause(checkpointed_forward, blocks, x, got: dict, tol: float) -> st
             f"{how}; the step must train in train mode, dropout on, and the rebuild "
             "replays the forward's masks by default"
         )
-    if not grad_mismatch(step_grads(checkpointed_forward, blocks, x, False), plain_eval, tol)[0]:
+    off_grads = observe(checkpointed_grads, checkpointed_forward, plain.spec, False)
+    if not grad_mismatch(off_grads, plain_eval, tol)[0]:
         return (
             "gradients match without dropout but not with it: the recomputation drew new "
             "dropout masks; keep preserve_rng_state=True"
@@ -220,12 +156,12 @@ def _dropout_cause(checkpointed_forward, blocks, x, got: dict, tol: float) -> st
     return "gradients differ from the plain model's even without dropout"
 
 
-def _gradient_part(checkpointed_forward, blocks, x) -> Part:
+def _gradient_part(checkpointed_forward, plain: _Plain) -> Part:
     tol = THRESHOLDS["ckpt_grad_rel_error"].value
-    got = step_grads(checkpointed_forward, blocks, x, True)
-    why, err = grad_mismatch(got, step_grads(demo.plain_forward, blocks, x, True), tol)
+    got = observe(checkpointed_grads, checkpointed_forward, plain.spec, True)
+    why, err = grad_mismatch(got, plain.grads(True), tol)
     if why == "gradients differ":
-        why = _dropout_cause(checkpointed_forward, blocks, x, got, tol)
+        why = _dropout_cause(checkpointed_forward, plain, got, tol)
     ok = not why
     return correct(
         "gradients (dropout on)",
@@ -239,25 +175,75 @@ def _gradient_part(checkpointed_forward, blocks, x) -> Part:
     )
 
 
-def _recompute_part(forward, mine: StepCost, blocks, x, budget: float) -> Part:
-    """Recomputation against the fewest the budget needs, as the check measures it; when it
-    is more, how the layout rebuilds (diagnose.rebuild) says why."""
-    fewest, best = fewest_first_k(blocks, x, budget)
+def _recompute_part(forward, mine: StepCost, plain: _Plain, budget: float) -> Part:
+    """Recomputation against the fewest the budget needs, as the check measures it on its own
+    stack; when it is more, how the layout rebuilds (diagnose.rebuild) says why."""
+    fewest, best = fewest_first_k(plain.blocks, plain.x, budget)
     ok = mine.reruns <= best.reruns
     what = f"{mine.reruns} Linear layers run again in backward"
+    if ok:
+        said = f"{what}: no more than the fewest the check found for this budget ({best.reruns})"
+    else:
+        rebuilt = as_rebuild(observe(rebuild_layout, forward, plain.spec))
+        said = (
+            f"{what}, where the first {fewest} blocks checkpointed one by one fit the budget "
+            f"too ({best.peak_ratio:.2f}x) with {best.reruns}; "
+            f"{rebuild_cause(rebuilt, fewest)}. Measure other layouts with lesson.step_cost"
+        )
     return correct(
-        "recomputation",
-        ok,
-        f"{what}: no more than the fewest the check found for this budget ({best.reruns})"
-        if ok
-        else f"{what}, where the first {fewest} blocks checkpointed one by one fit the budget "
-        f"too ({best.peak_ratio:.2f}x) with {best.reruns}; "
-        f"{rebuild_cause(rebuild(forward, blocks, x), fewest)}. Measure other layouts with "
-        "lesson.step_cost",
-        value=mine.reruns,
-        threshold=best.reruns,
-        better="lower",
+        "recomputation", ok, said, value=mine.reruns, threshold=best.reruns, better="lower"
     )
+
+
+def _memory_cause(checkpointed_forward, plain: _Plain, peak_ratio: float) -> str:
+    kept = observe(saved_bytes, checkpointed_forward, plain.spec)
+    plain.blocks.train()
+    whole = activation_bytes(lambda: demo.plain_forward(plain.blocks, plain.x))
+    return memory_cause(kept / whole, peak_ratio)
+
+
+def _time_part(checkpointed_forward, plain: _Plain) -> Part:
+    """Step time, yours / the plain step's: the plain step runs here, the learner's in the
+    kernel, each call timed from here (compare's clock; one step is ~40 ms on a loaded CPU,
+    the round trip < 1 ms); both on the same weights, input and dropout masks, and each timed
+    call of the learner's sends back its loss and gradient norm, which must be the plain
+    step's (the work was done)."""
+    limit, blocks, x = time_limit(), plain.blocks, plain.x
+    blocks.train()
+    want = seeded_step(demo.plain_forward, blocks, x)
+    seen: list[dict] = []
+
+    def baseline() -> None:
+        seeded_step(demo.plain_forward, blocks, x)
+
+    def learner() -> None:
+        seen.append(observe(timed_step, checkpointed_forward, plain.spec))
+
+    with steady_cpu():
+        slow = retry_measure(
+            lambda: 1 / compare(baseline, learner, warmup=1, repeats=8).speedup,
+            ok=lambda r: r <= limit,
+        )
+    tol = THRESHOLDS["ckpt_grad_rel_error"].value
+    off = [d for d in seen if not _same_step(d, want, tol)]
+    if off:
+        return correct(
+            "step time",
+            False,
+            f"the timed steps of your forward did not compute the step: loss "
+            f"{off[0].get('loss')!r} and gradient norm {off[0].get('grad_norm')!r}, where the "
+            f"plain step gives {want['loss']:.6g} and {want['grad_norm']:.6g}",
+        )
+    return at_most(
+        "step time", slow, limit, "step time, yours / no checkpointing", unit="x", timed=True
+    )
+
+
+def _same_step(digest, want: dict, tol: float) -> bool:
+    try:
+        return all(abs(float(digest[k]) - want[k]) <= tol * abs(want[k]) for k in want)
+    except (TypeError, KeyError, ValueError):
+        return False
 
 
 @check(
@@ -267,26 +253,30 @@ def _recompute_part(forward, mine: StepCost, blocks, x, budget: float) -> Part:
     "checkpoint is run again in backward. Measure candidate layouts with "
     "lesson.step_cost(forward, blocks, x) (peak ratio and Linear layers re-run), and reread "
     "'Activation checkpointing' on use_reentrant and dropout.",
+    in_kernel="a training step's peak bytes of live tensors and its Linear calls (a dispatch "
+    "mode and forward hooks around the learner's step), and, to name a failure's cause, the "
+    "bytes its forward saves, the dropout layers it leaves in eval mode and how its backward "
+    "rebuilds (hooks)",
 )
 def check_checkpointed_forward(checkpointed_forward):
-    print("measuring your layout's gradients, peak memory and recomputation ...")  # 5-15 s
-    blocks = demo.make_blocks(depth=16, width=32, dropout=0.1)
-    x = torch.randn(512, 32, device=get_device())
+    plain = _Plain(stack_spec(specimen_rng().choice(STACK_SEEDS)))
+    got = observe(checkpointed_output, checkpointed_forward, plain.spec)
     with torch.no_grad():
-        blocks.eval()
-        same = torch.allclose(checkpointed_forward(blocks, x), blocks(x), rtol=1e-5, atol=1e-6)
+        plain.blocks.eval()
+        same = torch.allclose(got, plain.blocks(plain.x), rtol=1e-5, atol=1e-6)
     parts = [
         correct(
             "forward", same, "output equals blocks(x)" if same else "output differs from blocks(x)"
         )
     ]
-    with steady_cpu():  # one thread: many times faster than two on a shared 2-core CPU
-        parts.append(_gradient_part(checkpointed_forward, blocks, x))
+    parts.append(_gradient_part(checkpointed_forward, plain))
     if parts[-1].status == FAILED:
         return parts + [not_applicable("memory and time", "not measured: the gradients are wrong")]
-    blocks.train()
+    plain.blocks.train()
     budget = THRESHOLDS["peak_ratio"].value
-    mine = step_cost(checkpointed_forward, blocks, x)
+    base_peak, base_calls = plain_cost(plain.blocks, plain.x)
+    seen = observe(step_readings, checkpointed_forward, plain.spec)
+    mine = StepCost(int(seen["peak_bytes"]) / base_peak, int(seen["linear_calls"]) - base_calls)
     memory = at_most(
         "peak memory",
         mine.peak_ratio,
@@ -295,91 +285,9 @@ def check_checkpointed_forward(checkpointed_forward):
         unit="x",
     )
     if memory.status == FAILED:
-        memory.message += "; " + memory_cause(checkpointed_forward, blocks, x, mine.peak_ratio)
+        memory.message += "; " + _memory_cause(checkpointed_forward, plain, mine.peak_ratio)
         return parts + [memory, not_applicable("step time", "not measured: fix the memory first")]
-    parts += [memory, _recompute_part(checkpointed_forward, mine, blocks, x, budget)]
+    parts += [memory, _recompute_part(checkpointed_forward, mine, plain, budget)]
     if parts[-1].status == FAILED:
         return parts + [not_applicable("step time", "not measured: fix the recomputation first")]
-    limit = time_limit()
-    plain = demo.train_step(demo.plain_forward, blocks, x)
-    step = demo.train_step(checkpointed_forward, blocks, x)
-    with steady_cpu():
-        slow = retry_measure(
-            lambda: 1 / compare(plain, step, warmup=1, repeats=8).speedup, ok=lambda r: r <= limit
-        )
-    parts.append(
-        at_most(
-            "step time", slow, limit, "step time, yours / no checkpointing", unit="x", timed=True
-        )
-    )
-    return parts
-
-
-# --- exercise 3: micro-batch x accumulation x checkpointing for a memory budget -------------
-
-
-def _judge(name: str, choice, budget: int, probe, effective: int = EFFECTIVE_BATCH) -> object:
-    label = f"{name} budget ({budget / 2**20:.2f} MiB)"
-    if not (isinstance(choice, tuple | list) and len(choice) == 3):
-        return correct(
-            label, False, f"expected (micro_batch, accum_steps, checkpoint), got {choice!r}"
-        )
-    micro, accum, ckpt = choice
-    whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (micro, accum))
-    if micro * accum == effective and not whole:
-        return correct(
-            label,
-            False,
-            f"micro_batch x accum_steps = {micro!r} x {accum!r}: the product is right, but both "
-            "are counts, so ints (effective_batch // micro_batch, not /)",
-        )
-    if not whole or micro * accum != effective:
-        return correct(
-            label,
-            False,
-            f"micro_batch x accum_steps = {micro!r} x {accum!r}; it must equal the effective batch "
-            f"{effective}, or you change the optimisation, not just the memory",
-        )
-    got = probe(micro, bool(ckpt))
-    if got.peak_bytes > budget:
-        return correct(
-            label,
-            False,
-            f"micro-batch {micro}{' checkpointed' if ckpt else ''} peaks at "
-            f"{got.peak_bytes / 2**20:.2f} MiB, over the budget: it would run out of memory",
-        )
-    best_micro, _, best_ckpt = reference_plan(effective, budget, probe)
-    best = probe(best_micro, best_ckpt)
-    speed = got.samples_per_s / best.samples_per_s
-    limit = THRESHOLDS["plan_speed"].value
-    return correct(
-        label,
-        speed >= limit,
-        f"({micro} x {accum}, checkpoint={bool(ckpt)}) fits and runs {got.samples_per_s:,.0f} "
-        f"samples/s, {speed:.2f} of the best fitting plan (micro-batch {best.micro_batch}, "
-        f"checkpoint={best.checkpoint}: {best.samples_per_s:,.0f} samples/s); needed >= {limit}",
-        value=speed,
-        threshold=limit,
-        unit="x",
-        better="higher",
-    )
-
-
-@check(
-    "07-plan",
-    points=2,
-    hint="A plan keeps the effective batch, fits the budget as the probe measures it, and is "
-    "the fastest that does: which configurations are candidates at all, and which do you "
-    "have to ask the probe about? Reread section 3.",
-)
-def check_plan(plan, probe=None):
-    probe = probe or Probe()
-    parts = [
-        _judge(name, plan(EFFECTIVE_BATCH, budget, probe), budget, probe)
-        for name, budget in budgets(probe).items()
-    ]
-    made_up, effective = MadeUpProbe(), MadeUpProbe.EFFECTIVE
-    for name, kib in MadeUpProbe.BUDGETS.items():
-        budget = kib * 1024
-        parts.append(_judge(name, plan(effective, budget, made_up), budget, made_up, effective))
-    return parts
+    return parts + [_time_part(checkpointed_forward, plain)]

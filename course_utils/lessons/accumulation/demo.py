@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint, checkpoint_sequential
-from tqdm.auto import tqdm
 
 from ...device import get_device
 from ...measure import compare, steady_cpu
 from ...memory import activation_bytes, tensor_peak_bytes
+from ...progress import tqdm
 
 
 def guide_accumulate_epoch(model, optimizer, loader, loss_fn, accum_steps):

@@ -1,7 +1,7 @@
 """Lesson 07, exercise 2: what the check measures to name why a layout is wrong.
 
-Each probe tells causes apart that give the same symptom, and a message names a cause only
-where its probe confirmed it:
+Each probe (probes.py runs them beside the learner's code) tells causes apart that give the
+same symptom, and a message names a cause only where its probe confirmed it:
 - wrong gradients: no gradient at all (the reentrant cut-off), dropout switched off in the
   step (gradients equal the plain model's in eval mode), or new dropout masks in the rebuild
   (gradients equal the plain model's only when dropout is off);
@@ -18,8 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ...memory import activation_bytes
-from .demo import plain_forward, rel_error
+from .demo import rel_error
 
 # --- gradients ----------------------------------------------------------------------------
 
@@ -51,25 +50,14 @@ def grad_mismatch(got: dict, want: dict, tol: float) -> tuple[str, float]:
     return ("" if worst <= tol else "gradients differ"), worst
 
 
-def dropout_switched_off(forward: Callable, blocks: nn.Sequential, x) -> int:
-    """How many Dropout layers a forward called in train mode leaves in eval mode: a forward
-    that calls blocks.eval() to keep dropout out of the rebuild trains without dropout."""
-    blocks.train()
-    with torch.no_grad():
-        forward(blocks, x)
-    return sum(not m.training for m in blocks.modules() if isinstance(m, nn.Dropout))
-
-
 # --- memory -------------------------------------------------------------------------------
 
 
-def memory_cause(forward: Callable, blocks: nn.Sequential, x, peak_ratio: float) -> str:
-    """What the forward kept, measured (saved-tensor hooks), tells the causes apart: nothing
-    checkpointed keeps everything; one checkpoint around everything keeps almost nothing but
-    rebuilds it all at once in backward; otherwise too little of the stack is checkpointed,
-    or too much of it is rebuilt at once."""
-    plain = activation_bytes(lambda: plain_forward(blocks, x))
-    saved = activation_bytes(lambda: forward(blocks, x)) / plain
+def memory_cause(saved: float, peak_ratio: float) -> str:
+    """What the forward kept, measured (saved-tensor hooks: `saved`, the bytes it saved / the
+    plain forward's), tells the causes apart: nothing checkpointed keeps everything; one
+    checkpoint around everything keeps almost nothing but rebuilds it all at once in backward;
+    otherwise too little of the stack is checkpointed, or too much of it is rebuilt at once."""
     measured = f"your forward kept {saved:.2f}x the plain forward's saved bytes"
     if saved >= 0.9:
         return (

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
-from tqdm.auto import tqdm
 
 from ...measure import steady_cpu
 from ...memory import tensor_peak_bytes
+from ...progress import tqdm
 from .demo import linear_calls, plain_forward, train_step
 
 

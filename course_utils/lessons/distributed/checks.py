@@ -1,20 +1,24 @@
 """Lesson 06's checks: a DDP script run by torchrun, and accumulation with no_sync.
 
-Both checks launch real processes and read what they did from the trace (workload.py), from a
-counting communication hook and counted torch.distributed collectives (probe.py), never from
-what the learner's code prints.
+Both checks launch real processes through probes (learner_runs.py: beside the learner's code,
+in its sandbox under `course grade`) and read what they did from the trace (workload.py), from
+a counting communication hook and counted torch.distributed collectives (probe.py), never
+from what the learner's code prints. What the trace and the checkpoint must equal (training in
+one process on the same global batches, the full-batch gradient, each known mistake's) is
+computed here.
 """
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections import Counter
 from pathlib import Path
 
 from ...checks import Part, Threshold, check, correct
+from ...probes import observe, specimen_rng
 from . import workload
 from .ending import judge_checkpoint, judge_shutdown
+from .gradients import compared
 from .judge import (
     RankFailed,
     judge_accumulation,
@@ -22,13 +26,21 @@ from .judge import (
     judge_trace,
     raise_learner_exception,
 )
-from .launch import Launch, Running, describe_failure, start_alone, torchrun
+from .launch import Launch, describe_failure
+from .learner_runs import (
+    BATCH,
+    NO_SYNC_WHAT,
+    WORLD,
+    as_launch,
+    as_learner_file,
+    check_config,
+    ddp_script_run,
+    finished_cleanly,
+    no_sync_run,
+)
 
-WORLD = 2  # processes per check: enough to show sharding and averaging, fits a 2-core CPU
-# The check's global batch: each rank's 64 samples (128 / 2) make 5 batches of 12 and a last
-# one of 4, so a script that drops an epoch's smaller last batch loses samples the trace shows
-# (a batch that divides the data evenly, as 32 does, hides it)
-BATCH = 24
+# BATCH, the global batch of the check's launch, is named by the exercise text (and its test)
+__all__ = ["BATCH", "THRESHOLDS", "WORLD", "check_ddp_script", "check_no_sync"]
 
 THRESHOLDS = {
     "param_atol": Threshold(
@@ -63,9 +75,26 @@ def _launch_error(launch: Launch, what: str) -> None:
     """A launch that exited with an error: not attempted, a reference used, or an error."""
     exc = launch.exception()
     if exc is None:
-        raise RankFailed(describe_failure(launch, what))
+        raise RankFailed(f"failed: {describe_failure(launch, what)}")
     where = f"on rank {exc['rank']}" if exc["rank"] >= 0 else "in a worker"
     raise_learner_exception(exc, f"{where} of {what} (exit code {launch.returncode})")
+
+
+def _learner_file(answer):
+    """The check's answer: the learner's file as the locked cell's call hands it (a handle,
+    learner_runs.LearnerFile, whose probes run beside it); a bare path is refused, since a
+    probe given only data would run here, outside the learner's sandbox."""
+    if not callable(answer):
+        raise TypeError(
+            f"the check takes the learner's file as check_ddp_script or check_no_sync hand it "
+            f"(learner_runs.LearnerFile), not a {type(answer).__name__}"
+        )
+    return answer
+
+
+# the sampler's seed of the check's run, drawn in the judge (the first in a notebook): the
+# shuffle moves, every threshold's evidence (batches, steps, lr) stays
+SEEDS = (0, 5, 11)
 
 
 @check(
@@ -75,48 +104,43 @@ def _launch_error(launch: Launch, what: str) -> None:
     "behind it: what each process's loader batches, what the sampler's shuffle depends on, "
     "whose state_dict the checkpoint holds. Rerun lesson.observe_script on your fixed files "
     "before the check.",
+    in_kernel="the trace each process of the learner's launch records (the samples of every "
+    "training forward, its torch.save calls, an uncaught exception, whether its process group "
+    "was up at exit), in the kernel's launch and its one-process run made to fail (whose trace "
+    "also says whether the shutdown part can be judged); the checkpoint it wrote is loaded "
+    "and compared with one process's training here",
 )
-def check_ddp_script(script, *, timeout_s: float | None = None) -> list[Part]:
-    script = Path(script)
-    if not script.exists():
-        raise FileNotFoundError(f"{script} does not exist: run the %%writefile cells first")
-    with tempfile.TemporaryDirectory(prefix="course06-") as out:
-        cfg = workload.Config(epochs=2, batch_size=BATCH, lr=0.1, seed=0)
-        cfg.checkpoint = Path(out) / "checkpoint.pt"
-        timeout = timeout_s or THRESHOLDS["launch_timeout_s"].value
-        print(f"launching {script.name} on {WORLD} processes under torchrun ...")  # 5-20 s
-        # beside the real launch, one process whose training the check makes fail
-        failing = start_alone(
-            script, _args(cfg, Path(out) / "failing.pt"), timeout_s=timeout, env=_failing_env()
-        )
-        try:
-            launch = torchrun(script, _args(cfg, cfg.checkpoint), nproc=WORLD, timeout_s=timeout)
-            return _judge_launch(script, launch, failing, cfg)
-        finally:
-            failing.kill()
+def check_ddp_script_file(script, *, timeout_s: float | None = None) -> list[Part]:
+    """`script`: ddp_train.py as check_ddp_script, the locked cell's call, hands it (a
+    learner_runs.LearnerFile)."""
+    seed = specimen_rng().choice(SEEDS)
+    timeout = timeout_s or THRESHOLDS["launch_timeout_s"].value
+    ran = observe(ddp_script_run, _learner_file(script), seed, timeout)
+    with tempfile.TemporaryDirectory(prefix="course06-judge-") as here:
+        cfg = check_config(seed, Path(here) / "checkpoint.pt")
+        if ran["checkpoint"] is not None:  # the learner's bytes, read back weights-only
+            cfg.checkpoint.write_bytes(ran["checkpoint"].numpy().tobytes())
+        launch = as_launch(ran["launch"], {str(ran["checkpoint_path"]): str(cfg.checkpoint)})
+        failing = None if ran["failing"] is None else as_launch(ran["failing"])
+        return _judge_launch(str(ran["name"]), launch, failing, cfg)
 
 
-def _args(cfg: workload.Config, checkpoint: Path) -> list:
-    return ["--epochs", cfg.epochs, "--batch-size", cfg.batch_size, "--lr", cfg.lr,
-            "--seed", cfg.seed, "--checkpoint", checkpoint]  # fmt: skip
+def check_ddp_script(script, *, timeout_s: float | None = None):
+    """The locked cell's call, `lesson.check_ddp_script(workdir / "ddp_train.py")`: the check
+    gets the learner's file as a handle (learner_runs.LearnerFile), so that its probes run
+    beside the file (in the learner's sandbox under `course grade`)."""
+    return check_ddp_script_file(as_learner_file(script), timeout_s=timeout_s)
 
 
-def _failing_env() -> dict:
-    """Every training forward raises; and the one process uses the backend of the main
-    launch (on one GPU, a world of one would otherwise pick NCCL while the check's two
-    processes run gloo)."""
-    env = {workload.FAIL_ENV: "1"}
-    if workload.launch_backend(WORLD) == "gloo":
-        env["COURSE_DEVICE"] = "cpu"
-    return env
+check_ddp_script.__dict__.update(check_ddp_script_file.__dict__)  # check_id, ..., the body
 
 
-def _judge_launch(script: Path, launch: Launch, failing: Running, cfg) -> list[Part]:
+def _judge_launch(name: str, launch: Launch, failing: Launch | None, cfg) -> list[Part]:
     if launch.timed_out:
         return [correct("runs under torchrun", False, describe_failure(launch))]
     teardown = launch.returncode != 0 and finished_cleanly(launch, WORLD)
     if launch.returncode != 0 and not teardown:
-        _launch_error(launch, script.name)
+        _launch_error(launch, name)
     note = (
         f"; exit code {launch.returncode} came from a process aborting in the C++ "
         "teardown after every rank's Python had finished (a known gloo race), not your code"
@@ -136,15 +160,8 @@ def _judge_launch(script: Path, launch: Launch, failing: Running, cfg) -> list[P
         parts.append(loads)
     if state is not None and _consistent(launch):
         parts.append(judge_parameters(launch, cfg, state, THRESHOLDS["param_atol"].value))
-    parts.append(judge_shutdown(launch, failing.finish()))
+    parts.append(judge_shutdown(launch, failing))
     return parts
-
-
-def finished_cleanly(launch: Launch, world: int) -> bool:
-    """Every rank's Python reached a normal exit and none raised."""
-    return not launch.of("exception") and {e["rank"] for e in launch.of("exit")} == set(
-        range(world)
-    )
 
 
 def _consistent(launch: Launch) -> bool:
@@ -154,23 +171,10 @@ def _consistent(launch: Launch) -> bool:
 
 # --- exercise 2: gradient accumulation with no_sync ---------------------------------------
 
-
-def measure_no_sync(paths: list[Path], timeout_s: float | None = None) -> dict[str, dict]:
-    """Run probe.py once on 2 processes for one or more learner files: path -> result."""
-    with tempfile.TemporaryDirectory(prefix="course06-") as out:
-        report = Path(out) / "probe.json"
-        launch = torchrun(
-            "course_utils.lessons.distributed.probe",
-            ["--out", report, *[Path(p).resolve() for p in paths]],
-            nproc=WORLD,
-            module=True,
-            timeout_s=timeout_s or THRESHOLDS["launch_timeout_s"].value,
-        )
-        if not report.exists():  # written by rank 0 once every file was measured
-            what = "accumulate_gradients under 2 processes"
-            return {str(Path(p).resolve()): {"launch": launch, "what": what} for p in paths}
-        results = json.loads(report.read_text())
-    return {r["ranks"][0]["path"]: r for r in results}
+# where in the data set the ranks' micro-batches start, drawn in the judge (the first in a
+# notebook): the known mistakes' gradients stay >= 0.34 apart at each (0.49 at 0), against a
+# grad_rtol of 1e-4
+OFFSETS = (0, 32, 96)
 
 
 @check(
@@ -179,18 +183,32 @@ def measure_no_sync(paths: list[Path], timeout_s: float | None = None) -> dict[s
     hint="Set each measurement beside what was meant: the all-reduces beside one synchronised "
     "backward's buckets (section 5: when does DDP decide to synchronise?), the gradient beside "
     "the full-batch mean (what is a sum of k means?).",
+    in_kernel="the all-reduces DDP's communication hook counts, the learner's own collectives "
+    "(counted around its call) and one synchronised backward's buckets, in the ranks of the "
+    "kernel's launch; each rank's gradient is compared here",
 )
-def check_no_sync(path, *, timeout_s: float | None = None) -> list[Part]:
-    path = Path(path).resolve()
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist: run the %%writefile cell first")
-    print(f"launching {path.name} on {WORLD} processes under torchrun ...")  # 5-20 s
-    result = measure_no_sync([path], timeout_s)[str(path)]
+def check_no_sync_file(path, *, timeout_s: float | None = None) -> list[Part]:
+    """`path`: accumulate.py as check_no_sync, the locked cell's call, hands it (a
+    learner_runs.LearnerFile)."""
+    offset = specimen_rng().choice(OFFSETS)
+    timeout = timeout_s or THRESHOLDS["launch_timeout_s"].value
+    result = observe(no_sync_run, _learner_file(path), offset, timeout)
     if "launch" in result:
-        launch = result["launch"]
+        launch = as_launch(result["launch"])
         if launch.timed_out:
-            return [correct("runs under torchrun", False, describe_failure(launch, result["what"]))]
-        _launch_error(launch, result["what"])
-    parts = judge_accumulation(result["ranks"], THRESHOLDS["grad_rtol"].value)
+            return [correct("runs under torchrun", False, describe_failure(launch, NO_SYNC_WHAT))]
+        _launch_error(launch, NO_SYNC_WHAT)
+    ranks = compared(result["ranks"], offset)
+    parts = judge_accumulation(ranks, THRESHOLDS["grad_rtol"].value)
     parts[0].message += f" (on {workload.describe_launch(WORLD)})"
     return parts
+
+
+def check_no_sync(path, *, timeout_s: float | None = None):
+    """The locked cell's call, `lesson.check_no_sync(workdir / "accumulate.py")`: the check
+    gets the learner's file as a handle (learner_runs.LearnerFile), so that its probes run
+    beside the file (in the learner's sandbox under `course grade`)."""
+    return check_no_sync_file(as_learner_file(path), timeout_s=timeout_s)
+
+
+check_no_sync.__dict__.update(check_no_sync_file.__dict__)  # check_id, ..., the body

@@ -10,25 +10,31 @@ import re
 from collections import defaultdict
 
 from ...checks import Part, correct
-from ...errors import ReferenceUsed
+from ...errors import CourseError, ReferenceUsed
+from ...probes import LearnerRaised
 from . import workload
 from .launch import Launch
 from .reference import replay
 
 
-class RankFailed(RuntimeError):
-    """Raised when the learner's code raised in one of the worker processes."""
+class RankFailed(LearnerRaised):
+    """Raised in a check when the learner's code failed in one of the launched processes:
+    `said` completes "your code ..." ("raised ValueError on rank 1 of ...: boom")."""
+
+    def __init__(self, said: str):
+        self.type_name, self.message, self.where = "RankFailed", said, ""
+        CourseError.__init__(self, f"your code {said}")
 
 
 def raise_learner_exception(exc: dict, where: str) -> None:
     """Re-raise, in the check, an exception that the learner's code raised in a worker."""
-    kind, message = exc.get("type", "?"), exc.get("message", "")
+    kind, message = str(exc.get("type", "?")), str(exc.get("message", ""))
     if kind == "NotImplementedError":
         raise NotImplementedError()
     if kind == "ReferenceUsed":
         name = re.search(r"`([^`]+)`", message)
         raise ReferenceUsed(name[1] if name else "reference")
-    raise RankFailed(f"{kind} {where}: {message}")
+    raise RankFailed(f"raised {kind} {where}: {message}")
 
 
 def _epochs(stream: list[int], per_epoch: int) -> list[list[int]]:

@@ -22,6 +22,7 @@ from ...rank_logs import ECHOES
 from .workload import TRACE_ENV
 
 LEARNER_ENV = "COURSE_LEARNER_RUN"  # set while a check runs the learner's code
+WHAT = "\x00what\x00"  # in Launch.described: where describe_failure puts what was launched
 _RAISED = re.compile(
     r"^(?:\[rank(?P<rank>\d+)\]:\s*)?(?P<type>[A-Za-z_][\w.]*(?:Error|Exception)):\s*(?P<message>.*)$"
 )
@@ -38,6 +39,9 @@ class Launch:
     output: str
     events: list[dict] = field(default_factory=list)
     finished: harness.Finished | None = None  # the harness's record: each failed rank's stderr
+    # describe_failure's words, made where the launch ran with WHAT in place of the launch's
+    # name (a launch read back from a probe's data has no `finished`: its logs stayed there)
+    described: str = ""
 
     @property
     def timed_out(self) -> bool:
@@ -217,6 +221,8 @@ def _read(folder: str) -> list[dict]:
 def describe_failure(launch: Launch, what: str = "your script") -> str:
     """One paragraph for a launch that timed out or exited with an error: the failing rank's
     own error (the end of its stderr, or the signal that killed it), not torchrun's footer."""
+    if launch.finished is None and launch.described:
+        return launch.described.replace(WHAT, what)
     if launch.timed_out:
         return (
             f"{what} did not finish within {launch.timeout_s:.0f} s, so every process was "

@@ -14,10 +14,10 @@ from collections import defaultdict
 from pathlib import Path
 
 from . import workload
-from .checks import finished_cleanly
 from .colleague import colleague_scripts
 from .ending import _load_error
 from .launch import describe_failure, torchrun
+from .learner_runs import finished_cleanly
 from .reference import replay
 
 WORLD = 2

@@ -1,13 +1,13 @@
 """torchrun entry point that measures exercise 2 (gradient accumulation under DDP).
 
-Run by the check as `python -m torch.distributed.run --standalone --nproc_per_node=2 -m
-course_utils.lessons.distributed.probe --out R.json FILE...`. For each learner file it
-imports `accumulate_gradients`, calls it on a fresh DDP model whose communication hook
-counts DDP's all-reduces, while the collectives of `torch.distributed` the learner calls
-directly are counted too (patched for the call's duration), and compares every rank's gradient
-with the full-batch gradient computed in one process and with what each known mistake leaves
-on the same micro-batches (computed here, one micro-batch at a time). Rank 0 writes one JSON
-result per file.
+Run by the check's probe as `python -m torch.distributed.run --standalone --nproc_per_node=2 -m
+course_utils.lessons.distributed.probe --out R.json [--offset N] FILE...`. For each learner
+file it imports `accumulate_gradients` and calls it on a fresh DDP model whose communication
+hook counts DDP's all-reduces, while the collectives of `torch.distributed` the learner calls
+directly are counted too (patched for the call's duration), on this rank's micro-batches
+(gradients.micro_batches). Each rank reports what it counted and the gradient the call left;
+rank 0 writes one JSON result per file. The check compares the gradients with the full-batch
+gradient and each known mistake's, which it computes itself (gradients.compared).
 """
 
 from __future__ import annotations
@@ -29,9 +29,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import workload
-
-MICRO_BATCHES, MICRO_BATCH = 4, 4  # per rank: 4 micro-batches of 4 samples
-
+from .gradients import flat_grad, micro_batches
 
 # collectives a learner might call by hand; those this torch lacks are skipped
 COLLECTIVES = ("all_reduce", "all_reduce_coalesced", "reduce", "broadcast", "all_gather",
@@ -85,54 +83,12 @@ def counted_ddp(device: torch.device) -> tuple[DDP, dict]:
     return model, state
 
 
-def micro_batches(rank: int, world: int, device: torch.device) -> tuple[list, tuple]:
-    """This rank's micro-batches, and the global batch they are a part of."""
-    x, y = workload.make_dataset().tensors
-    n = MICRO_BATCHES * MICRO_BATCH
-    gx, gy = x[: n * world].to(device), y[: n * world].to(device)
-    mine = range(rank * n, (rank + 1) * n, MICRO_BATCH)
-    return [(gx[i : i + MICRO_BATCH], gy[i : i + MICRO_BATCH]) for i in mine], (gx, gy)
-
-
-def flat_grad(model: torch.nn.Module) -> torch.Tensor:
-    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
-
-
-def one_process_grad(batches: list, device: torch.device) -> torch.Tensor:
-    """Gradient of the mean loss over `batches` concatenated, in this process alone."""
-    model = workload.make_model().to(device)
-    x = torch.cat([b[0] for b in batches])
-    y = torch.cat([b[1] for b in batches])
-    F.cross_entropy(model(x), y).backward()
-    return flat_grad(model)
-
-
-def known_mistakes(rank: int, world: int, device: torch.device) -> dict[str, torch.Tensor]:
-    """What each known mistake leaves in this rank's .grad, from every rank's micro-batch
-    gradients (g[r][i]: rank r's micro-batch i, alone), each loss divided by k as meant:
-    `sync_at_j`: micro-batch j (not the last) synchronised, so what accumulated up to it is
-    averaged over the ranks and the later ones stay local; `last_only(_unscaled)`: the
-    gradients cleared inside the loop (zero_grad per micro-batch), only the last, averaged,
-    survives; `world_down`/`world_up`: the mean divided / multiplied by the world size."""
-    g = [[one_process_grad([b], device) for b in micro_batches(r, world, device)[0]]
-         for r in range(world)]  # fmt: skip
-    k = len(g[0])
-    full = sum(sum(per_rank) for per_rank in g) / (k * world)
-    out = {"world_down": full / world, "world_up": full * world}
-    for j in range(k - 1):
-        synced = sum(sum(g[r][: j + 1]) for r in range(world)) / world
-        out[f"sync_at_{j}"] = (synced + sum(g[rank][j + 1 :])) / k
-    last = sum(g[r][-1] for r in range(world)) / world
-    out["last_only"], out["last_only_unscaled"] = last / k, last
-    return out
-
-
-def measure(path: Path, rank: int, world: int, device: torch.device) -> dict:
+def measure(path: Path, rank: int, world: int, device: torch.device, offset: int = 0) -> dict:
     result: dict = {"path": str(path), "exception": None}
     spec = importlib.util.spec_from_file_location(f"learner_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     model, counter = counted_ddp(device)
-    mine, (gx, gy) = micro_batches(rank, world, device)
+    mine, (gx, gy) = micro_batches(rank, world, device, offset)
     # how many all-reduces one synchronised backward issues (one per gradient bucket)
     F.cross_entropy(model(gx[:4]), gy[:4]).backward()
     result["per_sync"], counter["calls"] = counter["calls"], 0
@@ -147,40 +103,20 @@ def measure(path: Path, rank: int, world: int, device: torch.device) -> dict:
     if any(p.grad is None for p in model.parameters()):
         result["exception"] = {"type": "NoGradient", "message": "some .grad is None"}
         return result
-    grad = flat_grad(model)
-    full = one_process_grad([(gx, gy)], device)
-    local = one_process_grad(mine, device)
-    scale = full.abs().max().item()
-    expected = {"unscaled": len(mine) * full, "local": local}
-    expected.update(known_mistakes(rank, world, device))
     result.update(
         allreduces=counter["calls"],
         own_collectives=dict(own),
         parameters=sum(1 for _ in model.parameters()),
         micro_batches=len(mine),
-        diff_full=(grad - full).abs().max().item(),
-        scale=scale,
-        # relative error from what each known mistake leaves on these micro-batches
-        known={name: (grad - e).abs().max().item() / scale for name, e in expected.items()},
-        grad=grad.tolist(),  # compared across ranks by rank 0, then dropped
+        grad=flat_grad(model).cpu().tolist(),  # compared by the check (gradients.compared)
     )
     return result
-
-
-def spread(ranks: list[dict]) -> None:
-    """Add to each rank's result how far its gradient is from rank 0's (relative to the
-    full-batch gradient's scale): after a synchronisation every rank holds the same."""
-    grads = [r.pop("grad", None) for r in ranks]
-    if any(g is None for g in grads):
-        return
-    first = torch.tensor(grads[0])
-    for r, g in zip(ranks, grads, strict=True):
-        r["rank_diff"] = (torch.tensor(g) - first).abs().max().item() / r["scale"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--offset", type=int, default=0)  # where the micro-batches start
     parser.add_argument("files", type=Path, nargs="+")
     args = parser.parse_args()
     backend, device = workload.backend_and_device(int(os.environ["LOCAL_RANK"]))
@@ -189,12 +125,11 @@ def main() -> None:
     try:
         results = []
         for path in args.files:
-            mine = measure(path, rank, world, device)
+            mine = measure(path, rank, world, device, args.offset)
             gc.collect()  # free this file's DDP model now, on both ranks alike
             everyone = [None] * world
             dist.all_gather_object(everyone, mine)
-            spread(everyone)
-            results.append({"world": world, "ranks": everyone})
+            results.append({"world": world, "offset": args.offset, "ranks": everyone})
         if rank == 0:
             args.out.write_text(json.dumps(results))
         dist.barrier()  # nobody tears down its connections while a peer still uses them

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ...effects import effect
 from .demo import measure_scaling, workdir
+from .learner_runs import LearnerFile
 from .reference_scripts import SCRIPTS
 
 
@@ -20,10 +21,11 @@ def write_scripts() -> Path:
 
 
 def answers() -> dict:
-    """check id -> the arguments its locked cell passes, as the reference answers."""
+    """check id -> the arguments its locked cell passes, as the reference answers: each file as
+    the locked cell's call hands it to the registered check (a LearnerFile)."""
     return {
-        "06-ddp-script": lambda: (write_scripts() / "ddp_train.py",),
-        "06-no-sync": lambda: (write_scripts() / "accumulate.py",),
+        "06-ddp-script": lambda: (LearnerFile(write_scripts() / "ddp_train.py"),),
+        "06-no-sync": lambda: (LearnerFile(write_scripts() / "accumulate.py"),),
     }
 
 

@@ -4,7 +4,9 @@ shard_check.py; the scenarios of exercise 2 and their measurements in plans.py.
 
 Both measure with the real DDP, ZeroRedundancyOptimizer and FSDP2 code: what a rank holds
 and its peak come from a pretend world in this process (sharding.fake_world: the same code,
-collectives that send nothing), times and all-gathers from a real launch on 2 processes.
+collectives that send nothing), times and all-gathers from a real launch on 2 processes, all
+run by the check itself (the judge's own under `course grade`); the learner's function is
+asked only through probes (probes.py), on models built from plain arguments.
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ import statistics
 from collections.abc import Mapping
 
 from ...checks import Part, at_most, check, correct, not_applicable
+from ...probes import observe, specimen_rng
 from . import specimens
 from .diagnose import named_cause, variants
 from .model import STRATEGIES
 from .options import PLANS, plan_name
 from .peak import cpu_counter_reason
-from .plans import MODELS, SCENARIOS, WORLD, Scenario, budget, needs, start_timing, timings
-from .sharding import PREDICTING
+from .plans import SCENARIOS, budget, needs, start_timing, timings
+from .probes import chosen_plan, predictions, spec_data
 from .thresholds import THRESHOLDS
 
 
@@ -48,14 +51,18 @@ def _as_prediction(value, where: str) -> dict[str, float]:
     return out
 
 
-_MEASURED: dict = {}  # what each specimen holds does not depend on the learner: once a kernel
+_MEASURED: dict = {}  # what each specimen holds does not depend on the learner: once a process
 
 
-def measured_specimens() -> dict:
-    if not _MEASURED:
+def measured_specimens(cases=specimens.CASES) -> dict:
+    """(case name, strategy) -> kind -> bytes on the fullest rank, for `cases` (pretend
+    worlds, in this process: the judge's own under `course grade`)."""
+    todo = [case for case in cases if case not in _MEASURED]
+    if todo:
         print("measuring what each rank holds on the check's models (pretend worlds) ...")
-        _MEASURED.update(specimens.measure())
-    return _MEASURED
+        for case in todo:
+            _MEASURED[case] = specimens.measure([case])
+    return {key: kinds for case in cases for key, kinds in _MEASURED[case].items()}
 
 
 @check(
@@ -67,26 +74,22 @@ def measured_specimens() -> dict:
     "with the most? Try your function on lesson.Spec models with odd shapes.",
 )
 def check_predict(predict_bytes) -> list[Part]:
-    PREDICTING.append(True)
-    try:
-        first = specimens.CASES[0]  # an unwritten answer raises here, before any measuring
-        predict_bytes(first.spec.build(), "fsdp", first.world, first.optimizer)
-        PREDICTING.clear()
-        measured = measured_specimens()
-        PREDICTING.append(True)
-        return _judge_predictions(predict_bytes, measured)
-    finally:
-        PREDICTING.clear()
+    cases = specimens.drawn(specimen_rng())
+    asked = []
+    for case in cases:  # an unwritten answer raises at the first, before any measuring
+        asked.append(
+            observe(predictions, predict_bytes, spec_data(case.spec), case.world, case.optimizer)
+        )
+    return _judge_predictions(cases, asked, measured_specimens(cases))
 
 
-def _judge_predictions(predict_bytes, measured: dict) -> list[Part]:
+def _judge_predictions(cases, asked: list[dict], measured: dict) -> list[Part]:
     parts = []
-    for case in specimens.CASES:
+    for case, predicted in zip(cases, asked, strict=True):
         wrong = []
         for strategy in STRATEGIES:
-            model = case.spec.build()
             where = f"{strategy} on {case.name}"
-            got = _as_prediction(predict_bytes(model, strategy, case.world, case.optimizer), where)
+            got = _as_prediction(predicted.get(strategy), where)
             causes = variants(measured, case, strategy)
             for kind in specimens.KINDS:
                 truth = measured[case.name, strategy][kind]
@@ -135,12 +138,16 @@ def _mib(b: float) -> str:
     return f"{b / 2**20:.2f} MiB"
 
 
+# where every plan fits, the device holds this many times the hungriest need (drawn in the
+# judge, the first in a notebook): any room above 1 keeps every plan fitting
+ROOMS = (1.0, 1.4, 2.0)
+
+
 def _judge_plans(choose_plan) -> list[Part]:
     if cpu_counter_reason():  # the needs are measured on the CPU's allocator
         return [not_applicable("every scenario", cpu_counter_reason())]
-    spec, optimizer, batch = MODELS[SCENARIOS[0][1]]
-    # an unwritten answer raises here, before anything is measured (the answer is not kept)
-    choose_plan(Scenario(spec.build(), optimizer, spec.batch(batch, seed=100), WORLD, 2**40))
+    # an unwritten answer raises here, before anything is measured
+    observe(chosen_plan, choose_plan, SCENARIOS[0][1], 2**40)
     # the times come from other processes: measure the peaks here meanwhile (the verdicts
     # rest on gaps of 1.25x and more, which interleaved rounds keep beside this work)
     running = start_timing()
@@ -152,17 +159,15 @@ def _judge_plans(choose_plan) -> list[Part]:
             running.kill()
         raise
     times = timings(running)
+    room = specimen_rng().choice(ROOMS)
     parts = []
     for name, model, (fits, not_fits) in SCENARIOS:
-        device = budget(model, fits, not_fits)
+        device = budget(model, fits, not_fits, room=room)
         if device is None:
             parts.append(correct(name, True, "not decidable here: the plans' needs are too close"))
             continue
-        spec, optimizer, batch = MODELS[model]
-        scenario = Scenario(
-            spec.build(), optimizer, spec.batch(batch, seed=100), WORLD, int(device), name
-        )
-        plan = _as_plan(choose_plan(scenario), name)
+        choice = observe(chosen_plan, choose_plan, model, int(device), name)
+        plan = _as_plan(choice, name)
         parts.append(_verdict(name, plan, needs(model), times[model], device))
     return parts
 

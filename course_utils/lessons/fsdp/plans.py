@@ -108,11 +108,12 @@ def timings(running=None) -> dict:
     return _TIMES
 
 
-def budget(model_name: str, fits, not_fits) -> float | None:
-    """Device memory for a scenario, or None where the two needs are too close to decide."""
+def budget(model_name: str, fits, not_fits, *, room: float = 1.0) -> float | None:
+    """Device memory for a scenario, or None where the two needs are too close to decide.
+    `room` multiplies the room a scenario where every plan fits gives (THRESHOLDS["room"])."""
     need = needs(model_name)
     if fits is None:
-        return THRESHOLDS["room"].value * max(need.values())
+        return room * THRESHOLDS["room"].value * max(need.values())
     if need[not_fits] / need[fits] < THRESHOLDS["min_gap"].value:
         return None
     return math.sqrt(need[fits] * need[not_fits])

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ...effects import effect
 from . import reference as ref
 from .demo import run_demo, workdir
+from .probes import LearnerFile
 from .reference_scripts import SHARD
 
 
@@ -20,7 +21,7 @@ def answers() -> dict:
     return {
         "13-predict-bytes": lambda: (ref.reference_predict_bytes,),
         "13-choose-plan": lambda: (ref.reference_choose_plan,),
-        "13-fully-shard": lambda: (shard_file(),),
+        "13-fully-shard": lambda: (LearnerFile(shard_file()),),  # as check_shard hands it on
     }
 
 

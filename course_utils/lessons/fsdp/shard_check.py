@@ -1,60 +1,60 @@
 """Exercise 3's check (optional): the learner's `shard_model`, in a file, applied on 2
 processes to a fresh 3-block model that then trains 3 SGD-momentum steps (shard_probe.py).
-Before launching, shard_model runs once here on a pretend world (shard_groups.preflight): a
-file that raises, or that shards a copy, is told why without a launch, and the groups it made
-name the cause of a failing measurement."""
+Before launching, shard_model runs once on a pretend world (shard_groups.preflight): a file
+that raises, or that shards a copy, is told why without a launch, and the groups it made name
+the cause of a failing measurement. Both run beside the learner's code (probes.py); the
+parameters they train are compared here with one process's training of the same model."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import torch
 
 from ...checks import Part, check, correct
-from .launch import describe, torchrun
-from .shard_groups import WORLD, Preflight, preflight
-from .shard_probe import SPEC
+from ...probes import LearnerRaised, observe
+from .probes import LearnerFile, shard_groups, shard_training
+from .shard_probe import SPEC, global_batches, one_process
 from .thresholds import THRESHOLDS
 
 
-def _not_launched(found: Preflight) -> list[Part] | None:
+def _not_launched(found: dict) -> list[Part] | None:
     """The verdict where the pretend world already decides it (None: launch)."""
-    if found.raised is not None and found.root_first:
-        exc = found.raised
-        first = (str(exc).strip().splitlines() or [""])[0]
+    raised = found["raised"]
+    if raised is not None and found["root_first"]:
         return [
             correct(
                 "blocks sharded before the root",
                 False,
-                f"fully_shard({found.root_first}) raised {type(exc).__name__} ({first}) after "
-                "fully_shard had already sharded a module that holds it (the root): its "
-                "parameters were already in the root's group. Shard bottom-up: each block "
-                "first, then the root",
+                f"fully_shard({found['root_first']}) raised {raised['type']} "
+                f"({raised['message']}) after fully_shard had already sharded a module that "
+                "holds it (the root): its parameters were already in the root's group. Shard "
+                "bottom-up: each block first, then the root",
             )
         ]
-    if found.raised is not None:
-        raise found.raised
-    if found.copy:
+    if raised is not None:
+        raise LearnerRaised(str(raised["type"]), str(raised["message"]), str(raised["where"]))
+    if found["copy"]:
         return [
             correct(
                 "sharded in place",
                 False,
                 f"shard_model left the model it was given unsharded (every parameter a plain "
-                f"tensor) and returned another module ({found.copy}): sharded a copy. The "
+                f"tensor) and returned another module ({found['copy']}): sharded a copy. The "
                 "caller trains the model it passed; fully_shard changes a module in place",
             )
         ]
     return None
 
 
-def _drift(found: Preflight, ranks: list[dict]) -> str:
+def _drift(found: dict, gap: float) -> str:
     """Why the parameters differ, where the probes saw it: parameters in no group whose copies
     drifted apart between the ranks (gradients never averaged)."""
-    gap = max(r["rank_gap"] for r in ranks)
-    if not found.plain or gap <= THRESHOLDS["param_atol"].value:
+    plain = found["plain"]
+    if not plain or gap <= THRESHOLDS["param_atol"].value:
         return ""
-    names = ", ".join(found.plain[:4]) + (" ..." if len(found.plain) > 4 else "")
+    names = ", ".join(plain[:4]) + (" ..." if len(plain) > 4 else "")
     head = (
         "the head's parameters (the root's own)"
-        if all(n.startswith("head.") for n in found.plain)
+        if all(n.startswith("head.") for n in plain)
         else "some parameters"
     )
     return (
@@ -64,11 +64,12 @@ def _drift(found: Preflight, ranks: list[dict]) -> str:
     )
 
 
-def _grouping(found: Preflight) -> str:
-    if not found.blocks_in_root:
+def _grouping(found: dict) -> str:
+    in_root = found["blocks_in_root"]
+    if not in_root:
         return ""
-    many = len(found.blocks_in_root) > 1
-    blocks = ("blocks " if many else "block ") + ", ".join(map(str, found.blocks_in_root))
+    many = len(in_root) > 1
+    blocks = ("blocks " if many else "block ") + ", ".join(map(str, in_root))
     return (
         f": {blocks} {'sit' if many else 'sits'} in the root's group with the head (no "
         "fully_shard of " + ("their" if many else "its") + " own), gathered together"
@@ -80,51 +81,99 @@ def _grouping(found: Preflight) -> str:
     points=1,
     hint="Reread section 4: which modules get their own group, in which order are they "
     "wrapped, and which parameters belong to no block? Run the check after each change.",
+    in_kernel="the bytes of each rank's parameter shards and the all-gathers of a step "
+    "(counted by a patched all-gather in the processes that train the learner's sharded "
+    "model), and, to name a cause, the FSDP group of each parameter after its shard_model ran "
+    "on a pretend world",
 )
-def check_shard(path) -> list[Part]:
-    path = Path(path).resolve()
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist: run the %%writefile cell first")
-    found = preflight(path, SPEC)  # not attempted, raising, or a copy: without a launch
+def check_shard_file(path) -> list[Part]:
+    """`path`: shard.py as check_shard, the locked cell's call, hands it (a
+    probes.LearnerFile)."""
+    if not callable(path):  # a bare path is data: its probes would run here, not beside it
+        raise TypeError(
+            f"the check takes the learner's file as check_shard hands it (probes.LearnerFile), "
+            f"not a {type(path).__name__}"
+        )
+    found = observe(shard_groups, path)  # not attempted, raising, or a copy: without a launch
     decided = _not_launched(found)
     if decided is not None:
         return decided
-    print(f"training your shard_model on {describe(WORLD)} ...")
-    launch = torchrun(
-        "shard",
-        [path],
-        nproc=WORLD,
-        timeout_s=THRESHOLDS["shard_launch_timeout_s"].value,
-        learner=True,
-    )
-    if launch.result is None:
-        raise RuntimeError(launch.failure(f"shard_model in {path.name}"))
-    ranks = launch.result["result"]["ranks"]
+    ranks = observe(shard_training, path)["ranks"]
     raised = next((r["exception"] for r in ranks if r["exception"]), None)
     if raised:
         if raised["type"] == "NotImplementedError":
             raise NotImplementedError()
-        raise RuntimeError(f"{raised['type']} in shard_model: {raised['message']}")
+        raise LearnerRaised(f"{raised['type']} in shard_model", str(raised["message"]))
     return _parts(found, ranks)
 
 
-def _parts(found: Preflight, ranks: list[dict]) -> list[Part]:
-    worst = max(ranks, key=lambda r: r["diff"])
+def check_shard(path):
+    """The locked cell's call, `lesson.check_shard(workdir / "shard.py")`: the check gets the
+    learner's file as a handle (probes.LearnerFile), so that its probes run beside the file
+    (in the learner's sandbox under `course grade`)."""
+    return check_shard_file(path if isinstance(path, LearnerFile) else LearnerFile(path))
+
+
+check_shard.__dict__.update(check_shard_file.__dict__)  # check_id, points, ..., the body
+
+
+# --- from what the ranks sent to the parts ------------------------------------------------------
+
+
+def _bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _as_params(sent) -> dict[str, torch.Tensor]:
+    if not isinstance(sent, dict):
+        raise TypeError(f"a rank sent {type(sent).__name__} for its parameters")
+    return {str(n): torch.as_tensor(v, dtype=torch.float32) for n, v in sent.items()}
+
+
+def _rank_gap(ranks: list[dict]) -> float:
+    """Largest difference between the ranks' copies of plain (unsharded) parameters: 0 where
+    their gradients were averaged, as DDP or FSDP2 would."""
+    gap, params = 0.0, [_as_params(r["params"]) for r in ranks]
+    for name in sorted({n for r in ranks for n in r["plain"]}):
+        copies = [p[name] for p in params if name in p]
+        if len(copies) == len(params) and all(c.shape == copies[0].shape for c in copies):
+            stacked = torch.stack(copies)
+            gap = max(gap, (stacked.max(0).values - stacked.min(0).values).abs().max().item())
+    return gap
+
+
+def _parts(found: dict, ranks: list[dict]) -> list[Part]:
+    expected = one_process(global_batches(torch.device("cpu")))
     atol = THRESHOLDS["param_atol"].value
-    held = max(r["held"] / r["full"] for r in ranks)
-    gather = max(r["largest_gather"] / r["largest_block"] for r in ranks)
-    trains = worst["same_shapes"] and worst["diff"] <= atol
+    diffs = []
+    for r in ranks:
+        got = list(_as_params(r["params"]).values())
+        same = len(got) == len(expected) and all(
+            a.shape == b.shape for a, b in zip(got, expected, strict=False)
+        )
+        diff = (
+            max((a - b).abs().max().item() for a, b in zip(got, expected, strict=True))
+            if same
+            else float("inf")
+        )
+        diffs.append((diff, same))
+    worst, same = max(diffs)
+    full = _bytes(expected)
+    largest_block = max(_bytes(b.parameters()) for b in SPEC.build().blocks)
+    held = max(r["held"] / full for r in ranks)
+    gather = max(r["largest_gather"] / largest_block for r in ranks)
+    trains = same and worst <= atol
     gathers = 0 < gather <= THRESHOLDS["gather_fraction"].value
+    drift = "" if trains else _drift(found, _rank_gap(ranks))
     return [
         correct(
             "trains like one process",
             trains,
             f"after 3 SGD-momentum steps the parameters differ from one process on the whole "
-            f"batches by at most {worst['diff']:.2g} (allowed {atol:g})"
-            + ("" if trains else _drift(found, ranks))
-            if worst["same_shapes"]
+            f"batches by at most {worst:.2g} (allowed {atol:g})" + drift
+            if same
             else "the model's parameters no longer have the shapes of the model given",
-            value=worst["diff"],
+            value=worst,
             threshold=atol,
             better="lower",
         ),
