@@ -38,6 +38,7 @@ LEFT_OUT = (  # relative to the package: instructor tools, and answers kept whol
     "release.py",
     "lessons/distributed/reference_scripts.py",
     "lessons/fsdp/reference_scripts.py",
+    "lessons/parallel/reference_scripts.py",
 )
 KEPT = frozenset({"ReferenceLAMB"})  # notebook 02b's comparison optimizer, not an exercise's answer
 ANSWERS_UNPREFIXED = frozenset({"exact_break_even"})  # answers not named reference_*

@@ -123,6 +123,14 @@ def run_notebook(path: Path, out: Path, *, quick: bool, timeout: float) -> Noteb
     return run
 
 
+def selected(stem: str, only: str) -> bool:
+    """Whether `--only` name `only` selects notebook `stem`: a start of its name ("04",
+    "04_mixed"), unless a letter follows it there, which names a sibling lesson ("02" selects
+    02_batch_size, not 02b_large_batch; "02b" selects 02b_large_batch)."""
+    after = stem[len(only) : len(only) + 1]
+    return stem.startswith(only) and not after.isalpha()
+
+
 def report(
     solutions: Path = Path("solutions"),
     out: Path = Path("report"),
@@ -132,13 +140,13 @@ def report(
     only: list[str] | None = None,
     reference: Path | None = None,
 ) -> Report:
-    """Run the solution notebooks (all, or those whose names start with one of `only`)."""
+    """Run the solution notebooks (all, or those `only` names: see `selected`)."""
     from .progress import tqdm
     from .session import env
 
     paths = sorted(Path(solutions).glob("*.ipynb"))
     if only:
-        paths = [p for p in paths if any(p.stem.startswith(o) for o in only)]
+        paths = [p for p in paths if any(selected(p.stem, o) for o in only)]
     if not paths:
         raise UsageError(
             f"no solution notebooks in {solutions}" + (f" match {only}" if only else "")
@@ -273,7 +281,10 @@ def summary_figure(result: Report, path: Path) -> bool:
     from .plots import effect_bars
 
     fig = effect_bars(
-        [f"{h.notebook[:2]} {h.effect['technique']}\n({h.effect['metric']})" for h in found],
+        [
+            f"{h.notebook.split('_')[0]} {h.effect['technique']}\n({h.effect['metric']})"
+            for h in found
+        ],
         [h.ratio for h in found],
         [h.iqr for h in found],
         [h.n for h in found],

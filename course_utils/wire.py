@@ -91,7 +91,7 @@ class _Encoder:
     def __call__(self, value: Any, depth: int = 0, in_object: bool = False) -> Any:
         """`in_object`: inside a plain object's attributes, where another plain object is
         described, not followed (an object graph can be deep, or a cycle)."""
-        if depth > MAX_DEPTH:
+        if depth >= MAX_DEPTH:
             return {"$opaque": type(value).__qualname__, "text": "nested too deep to send"}
         if value is None or type(value) is str:
             return value

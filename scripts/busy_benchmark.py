@@ -63,7 +63,9 @@ def run_time(prefix: str, out: Path) -> float:
 
 
 def notebooks(prefixes: list[str]) -> None:
-    prefixes = prefixes or sorted(p.stem[:2] for p in (ROOT / "solutions").glob("*.ipynb"))
+    prefixes = prefixes or sorted(
+        p.stem.split("_")[0] for p in (ROOT / "solutions").glob("*.ipynb")
+    )
     print(f"{'notebook':>8} {'idle s':>8} {'busy s':>8} {'ratio':>6}")
     with tempfile.TemporaryDirectory() as tmp:
         for prefix in prefixes:

@@ -305,15 +305,20 @@ def estimate_for(notebook: Path, quick: bool) -> tuple[float | None, float | Non
     # probed again under the load of this moment, as the notebook's setup cell probes
     host_probe_s.cache_clear()
     device._probe_cpu_flops.cache_clear()
-    est = estimate(notebook.stem[:2], device.env_info(), quick=quick)
+    est = estimate(notebook.stem.split("_")[0], device.env_info(), quick=quick)
     return (est["estimate_s"], est["budget_s"]) if est else (None, None)
 
 
 def selected(only: str) -> list[Path]:
-    """notebooks/*.ipynb, or those whose two-digit prefix is in the comma-separated `only`."""
+    """notebooks/*.ipynb, or those whose prefix ("02b") or two digits ("02": 02 and 02b) are
+    in the comma-separated `only`."""
     prefixes = {p.strip() for p in only.split(",") if p.strip()}
     paths = sorted((ROOT / "notebooks").glob("*.ipynb"))
-    return [p for p in paths if not prefixes or p.stem[:2] in prefixes]
+    return [
+        p
+        for p in paths
+        if not prefixes or p.stem[:2] in prefixes or p.stem.split("_")[0] in prefixes
+    ]
 
 
 def table_row(run: BrowserRun) -> str:

@@ -56,7 +56,7 @@ def measure(path: Path, mode: str, deadline: float | None, busy: bool) -> dict:
     with tempfile.TemporaryDirectory(prefix="learner-path-") as tmp:
         run = learner_run.run_file(path, Path(tmp), deadline_s=deadline, **env)
     quick = run.quick if run.quick is not None else mode == "quick"
-    est = estimate(path.stem[:2], env_info(), quick=quick)
+    est = estimate(path.stem.split("_")[0], env_info(), quick=quick)  # "02b" for 02b_...
     return {
         "notebook": path.stem,
         "mode": "quick" if quick else "full",
@@ -136,7 +136,9 @@ def main() -> int:
     args = parser.parse_args()
     only = {p.strip() for p in args.only.split(",") if p.strip()}
     notebooks = [
-        p for p in sorted((ROOT / "notebooks").glob("*.ipynb")) if not only or p.stem[:2] in only
+        p
+        for p in sorted((ROOT / "notebooks").glob("*.ipynb"))
+        if not only or p.stem[:2] in only or p.stem.split("_")[0] in only  # "02": 02 and 02b
     ]
     rows = []
     for path in notebooks:

@@ -40,6 +40,27 @@ SHOWS = {"show_source", "getsource"}  # cu.show_source(f, ...), inspect.getsourc
 PENDING: dict[str, str] = {}
 
 
+# What a check's answer is made of that the rules above cannot see from the code: a helper
+# the expected value calls (12's mask, `allowed`, inside `naive_attention`: issue 34, notebook
+# 12 cell 8) or the decisions the reference answer is built from (11's `tuned_recipe`, which
+# notebook 11 cell 6 printed beside the baseline). Each counts as what its check compares with.
+ALSO_ANSWERS: dict[str, tuple[str, ...]] = {
+    "11-speedrun": ("course_utils.lessons.capstone.recipe:tuned_recipe",),
+    "12-sdpa-attention": ("course_utils.lessons.transformers.attention:allowed",),
+}
+
+
+def _also_answers(check_id: str) -> dict[int, str]:
+    found = {}
+    for entry in ALSO_ANSWERS.get(check_id, ()):
+        module_name, _, qualname = entry.partition(":")
+        obj = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+        found[id(_unwrap(obj))] = entry
+    return found
+
+
 def _unwrap(obj):
     obj = inspect.unwrap(obj) if callable(obj) else obj
     return getattr(obj, "__func__", obj)
@@ -123,6 +144,7 @@ def compared_with(check_id: str) -> dict[int, str]:
         ):
             continue
         found[id(_unwrap(obj))] = f"{home}.{name}"
+    found.update(_also_answers(check_id))
     return found
 
 
@@ -258,6 +280,7 @@ def references_of(check_id: str) -> dict[int, str]:
             obj = getattr(obj, part)
         if id(_unwrap(obj)) in used:
             found[id(_unwrap(obj))] = entry
+    found.update(_also_answers(check_id))
     return found
 
 
@@ -359,3 +382,39 @@ def test_the_run_rule_sees_a_reference_printed_above_its_check(tmp_path):
     )
     write(late, tmp_path / "00_measuring.ipynb")
     assert not answers_run_above_their_checks(tmp_path / "00_measuring.ipynb")
+
+
+@pytest.mark.parametrize(
+    "stem, check_id, cell, rule",
+    [  # issue 34's cases in lessons 11 and 12, each as it stood above its exercise
+        (
+            "12_transformers",
+            "12-sdpa-attention",
+            "cu.show_source(lesson.naive_attention, lesson.allowed)",
+            "shows",
+        ),
+        ("12_transformers", "12-sdpa-attention", "cu.show_source(lesson.allowed)", "shows"),
+        ("11_capstone", "11-speedrun", "print(lesson.tuned_recipe())", "runs"),
+    ],
+    ids=["12-formula-and-mask", "12-mask-alone", "11-tuned-recipe-printed"],
+)
+def test_the_rules_see_lesson_11_and_12s_answers_above_their_checks(
+    tmp_path, stem, check_id, cell, rule
+):
+    """Notebook 12 cell 8 showed the formula and its exact mask above exercise 1, and notebook
+    11 cell 6 printed the tuned recipe's choices above the speed-run: each is caught above
+    its check and passes below it."""
+    import copy
+
+    from course_utils.authoring import code, write
+
+    nb = read(ROOT / "notebooks" / f"{stem}.ipynb")
+    first = check_cells(nb, stem)[check_id][0]
+    find = answers_shown_above_their_checks if rule == "shows" else answers_run_above_their_checks
+    early, late = copy.deepcopy(nb), copy.deepcopy(nb)
+    early.cells.insert(first, code(cell, tags=("demo",)))
+    late.cells.insert(first + 1, code(cell, tags=("demo",)))
+    write(early, tmp_path / f"{stem}.ipynb")
+    assert any(check_id in p for p in find(tmp_path / f"{stem}.ipynb"))
+    write(late, tmp_path / f"{stem}.ipynb")
+    assert not [p for p in find(tmp_path / f"{stem}.ipynb") if check_id in p]

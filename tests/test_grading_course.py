@@ -16,12 +16,12 @@ ROOT = Path(__file__).resolve().parents[1]
 LEARNER = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 pytestmark = pytest.mark.timeout(1800)
-# CI grades three untouched copies with --checks-only (demo cells skipped): 02 (a class as an
+# CI grades three untouched copies with --checks-only (demo cells skipped): 02b (a class as an
 # answer), 06 (files written by %%writefile, checked under torchrun) and 11 (the capstone).
 # tests/test_learner_path.py runs every untouched copy as a learner does, and COURSE_TESTS=all
 # grades all twelve here, every demo included, on the lessons' reference answers.
 ALL = os.environ.get("COURSE_TESTS") == "all"
-IN_CI = ("02_batch_size", "06_ddp", "11_capstone")
+IN_CI = ("02b_large_batch", "06_ddp", "11_capstone")
 
 
 def _rows(out: Path) -> list[dict]:

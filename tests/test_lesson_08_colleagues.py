@@ -19,7 +19,7 @@ SHOWN = cells_of(
     "08_gradient_clipping",
     "08-colleague-norm",
     "08-colleague-steps",
-    "08-colleague-amp",
+    "08-colleague-accum",
     cu=cu,
 )
 
@@ -91,50 +91,48 @@ def test_the_colleagues_steps_diverge_and_log_what_their_clipping_saw():
     assert max(n for n in second.norm if math.isfinite(n)) > 1.0  # real norms, unclipped step
 
 
-# --- exercise 4: the colleague's AMP step ----------------------------------------------------
+# --- exercise 4: the colleague's accumulated step ----------------------------------------------
 
 
-def unscaled_but_item(model, loss_fn, x, y, optimizer, scaler, max_norm):
-    """The clipping fixed, the float kept."""
+def clipped_last_but_summed(model, loss_fn, micro_batches, optimizer, max_norm):
+    """The clip moved after the loop, the division by the number of micro-batches lost."""
     optimizer.zero_grad(set_to_none=True)
-    with torch.autocast(x.device.type, dtype=cu.amp_dtype(x.device)):
-        loss = loss_fn(model(x), y)
-    scaler.scale(loss).backward()
-    scaler.unscale_(optimizer)
+    for x, y in micro_batches:
+        loss_fn(model(x), y).backward()
     norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    return norm.item()
-
-
-def divides_max_norm_by_scale(model, loss_fn, x, y, optimizer, scaler, max_norm):
-    """Clips the scaled gradients at max_norm * scale: the step is right, the norm is scaled."""
-    optimizer.zero_grad(set_to_none=True)
-    with torch.autocast(x.device.type, dtype=cu.amp_dtype(x.device)):
-        loss = loss_fn(model(x), y)
-    scaler.scale(loss).backward()
-    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm * scaler.get_scale())
-    scaler.step(optimizer)
-    scaler.update()
+    optimizer.step()
     return norm
+
+
+def fixed_but_item(model, loss_fn, micro_batches, optimizer, max_norm):
+    """The clip moved after the loop, the norm read back with .item()."""
+    optimizer.zero_grad(set_to_none=True)
+    for x, y in micro_batches:
+        (loss_fn(model(x), y) / len(micro_batches)).backward()
+    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    return norm.item()
 
 
 @pytest.mark.parametrize(
     ("wrong", "message"),
     [
-        (SHOWN["colleagues_amp_step"], "SCALED gradients"),
-        (unscaled_but_item, "host-device sync"),
-        (divides_max_norm_by_scale, "norm of the scaled gradients"),
+        (SHOWN["colleagues_accumulated_step"], "clipped after EVERY micro-batch"),
+        (clipped_last_but_summed, "SUM of the micro-batch gradients"),
+        (fixed_but_item, "host-device sync"),
     ],
-    ids=["as-shown", "item-kept", "max-norm-times-scale"],
+    ids=["as-shown", "clip-moved-sum-kept", "item"],
 )
-def test_the_colleagues_amp_step_and_half_fixes_fail_naming_the_cause(wrong, message):
-    assert message in failure(lesson.check_amp_clipped_step, wrong).summary
+def test_the_colleagues_accumulated_step_and_half_fixes_fail_naming_the_cause(wrong, message):
+    assert message in failure(lesson.check_accumulated_clipped_step, wrong).summary
 
 
-def test_the_colleagues_amp_step_stalls_where_float32_clipping_trains():
-    stalled = lesson.train_amp(SHOWN["colleagues_amp_step"], steps=20)
-    trained = lesson.train_amp(lesson.fp32_clipped_step, steps=20)
-    assert stalled.loss[-1] > 0.99 * stalled.loss[0]
-    assert trained.loss[-1] < 0.95 * trained.loss[0]
-    assert min(stalled.norm) > 100 * max(trained.norm)  # the norm of the scaled gradients
+def test_the_accumulation_table_marks_only_acting_clips_of_several_micro_batches_wrong():
+    """Is the colleague's step right with one micro-batch and with clipping idle, wrong
+    otherwise, and the reference right everywhere?"""
+    table = lesson.accumulation_table(SHOWN["colleagues_accumulated_step"])
+    rows = {row.split("|")[1].strip(): row.split("|")[2:4] for row in table.splitlines()[2:]}
+    assert all("✓" in idle for idle, _ in rows.values())
+    assert "✓" in rows["1 × 64"][1]
+    assert all("✗" in acts for k, (_, acts) in rows.items() if k != "1 × 64")
+    assert "✗" not in lesson.accumulation_table(lesson.reference_accumulated_clipped_step)

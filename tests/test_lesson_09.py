@@ -20,6 +20,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from course_utils.checks import REGISTRY
+from course_utils.errors import CheckFailed
 from course_utils.lessons import bn_bias as lesson
 
 LAYERS = (nn.Conv2d, nn.Linear)
@@ -309,6 +310,79 @@ def test_fuse_fails_each_mistake_naming_it(wrong, status, message):
     assert failed.status == status and message in failed.summary
 
 
+def fused_in_place(model, example):
+    """Fuses the model it was given (its BNs become Identity), and returns it."""
+    model.eval()
+    for name, bn_name in lesson.feeds_bn(model, example, train=False).items():
+        if isinstance(model.get_submodule(name), nn.Conv2d):
+            parent, _, attr = name.rpartition(".")
+            bn_parent, _, bn_attr = bn_name.rpartition(".")
+            conv, bn = model.get_submodule(name), model.get_submodule(bn_name)
+            setattr(model.get_submodule(parent), attr, fuse_conv_bn_eval(conv, bn))
+            setattr(model.get_submodule(bn_parent), bn_attr, nn.Identity())
+    return model
+
+
+def reference_after_a_train_forward(model, example):
+    """A right fusion of a copy, after a train-mode forward on the given model ("what does
+    it output now?"), which updates its BN statistics."""
+    with torch.no_grad():
+        model(example)
+    return lesson.reference_fuse_for_inference.__wrapped__(model, example)
+
+
+def copy_never_put_in_eval(model, example):
+    fused = lesson.reference_fuse_for_inference.__wrapped__(model, example)
+    return fused.train()
+
+
+def top_flag_only(model, example):
+    fused = lesson.reference_fuse_for_inference.__wrapped__(model, example)
+    fused.train()
+    fused.training = False
+    return fused
+
+
+@pytest.mark.parametrize(
+    ("wrong", "named", "not_named"),
+    [
+        (fused_in_place, "replaced in place", "left in eval mode"),
+        (reference_after_a_train_forward, "a forward ran on it in train mode", "replaced"),
+        (copy_never_put_in_eval, "the copy itself too", ".training = False"),
+        (top_flag_only, ".training = False sets one", "the copy itself too"),
+    ],
+    ids=["in-place", "train-forward-on-original", "copy-never-eval", "top-flag-only"],
+)
+def test_fuse_names_what_happened_to_the_given_model_and_the_copy_only_as_measured(
+    wrong, named, not_named
+):
+    """Issue 34: 'fuse a copy' was said whatever changed the given model, and '.training =
+    False sets one' whatever left the copy in train mode; each is now told only where the
+    given model's state or the copy's top module shows it."""
+    summary = failure(lesson.check_fuse, wrong).summary
+    assert named in summary and not_named not in summary, summary
+
+
+def children_put_in_eval(model, example):
+    """Valid: every child of the copy put in eval mode, the top nn.Sequential left in train
+    mode (a container's flag changes nothing it computes)."""
+    fused = lesson.reference_fuse_for_inference.__wrapped__(model, example)
+    fused.train()
+    for child in fused.children():
+        child.eval()
+    return fused
+
+
+def test_fuse_passes_a_copy_whose_container_alone_is_in_train_mode():
+    """The copy's top module's mode picks the message only when a module that computes is in
+    train mode; a top nn.Sequential in train mode alone fails nothing."""
+    try:
+        text = lesson.check_fuse(children_put_in_eval).text()
+    except CheckFailed as exc:  # only a loaded machine's speed part may fail it
+        text = exc.summary
+    assert "eval-mode copy: every submodule of the copy is in eval mode" in text, text
+
+
 def test_fuse_stub_and_reference_delegation():
     assert fails(lesson.check_fuse, not_attempted) == "not-attempted"
     assert (
@@ -427,3 +501,38 @@ def test_the_judge_passes_the_reference_and_grades_a_wrong_answer_as_the_noteboo
     in_notebook = status_of(REGISTRY[check_id], getattr(importlib.import_module(module), name))
     judged = remote_verdict(check_id, wrong)
     assert judged["status"] == in_notebook, judged["message"]
+
+
+def test_inductor_folds_conv_bn_only_with_freezing_under_no_grad():
+    """Section 4's claim, against the installed torch: compiled without `freezing` (or with
+    autograd recording) the conv -> BN -> ReLU still computes the BN (a square root of the
+    running variance in the generated code); with `freezing=True` under no_grad it is folded
+    into the conv (Inductor's binary_folding counter moves, no square root is left)."""
+    from course_utils import inductor
+
+    ok, why = inductor.can_compile(torch.device("cpu"))
+    if not ok:
+        pytest.skip(why)
+    import torch._inductor.config as config
+    from torch._dynamo.utils import counters
+    from torch._inductor.utils import run_and_get_code
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU()).eval()
+    x = torch.randn(2, 3, 16, 16)
+
+    def compiled(freezing: bool, grad: bool) -> tuple[int, bool]:
+        torch._dynamo.reset()
+        counters.clear()
+        with config.patch(freezing=freezing), torch.set_grad_enabled(grad):
+            out, code = run_and_get_code(torch.compile(model), x)
+            assert torch.allclose(out, model(x), atol=1e-5)
+        return counters["inductor"]["binary_folding"], "sqrt" in "\n".join(code)
+
+    try:
+        assert compiled(freezing=False, grad=False) == (0, True)
+        assert compiled(freezing=True, grad=True) == (0, True)
+        folds, sqrt_left = compiled(freezing=True, grad=False)
+        assert folds > 0 and not sqrt_left
+    finally:
+        torch._dynamo.reset()

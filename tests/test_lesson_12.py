@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -19,7 +20,7 @@ from check_helpers import fails, failure, not_attempted
 
 from course_utils import inductor
 from course_utils.lessons import transformers as lesson
-from course_utils.lessons.transformers import packing, text
+from course_utils.lessons.transformers import layout, packing, text
 
 REF_BATCHES = lesson.reference_make_batches.__wrapped__  # callable from a learner's answer
 
@@ -65,6 +66,34 @@ def test_a_cpu_runs_the_flash_style_kernel_and_has_no_cuda_only_ones():
     found = lesson.backends(*lesson.qkv(1, 2, 32, 8))
     assert found["MATH"] == "runs" and found["EFFICIENT_ATTENTION"].startswith("not here")
     assert "attention" in found["default"]
+
+
+def test_the_backend_probe_asks_a_gpu_in_its_16_bit_type_and_a_cpu_in_float32(monkeypatch):
+    """FlashAttention and cuDNN take only fp16 and bf16: a float32 probe on a GPU would see
+    them refuse for the dtype (issue 34). On a CPU the flash-style kernel takes float32."""
+    from course_utils.lessons.transformers import attention
+
+    assert lesson.probe_dtype("cpu") == torch.float32
+    monkeypatch.setattr(attention, "amp_dtype", lambda device: torch.float16)
+    assert lesson.probe_dtype(torch.device("cuda")) == torch.float16
+
+
+def test_a_cpus_flash_style_kernel_takes_a_boolean_document_mask():
+    ids = lesson.random_docs(2, 32, 3)
+    found = lesson.backends(*lesson.qkv(2, 2, 32, 8), lesson.allowed(ids, 32))
+    assert found["FLASH_ATTENTION"] == "runs" and "flash" in found["default"]
+
+
+def test_flex_attention_has_no_backward_on_a_cpu_in_this_torch():
+    """What section 3 and flex_support say: torch refuses FlexAttention inputs that require
+    grad on a CPU, eager or compiled (the check is in flex_attention itself)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    q, k, v = (t.requires_grad_() for t in lesson.qkv(1, 1, 16, 8))
+    with pytest.raises(NotImplementedError, match="does not support backward on CPU"):
+        flex_attention(q, k, v)
+    ok, why = lesson.flex_support(torch.device("cpu"))
+    assert not ok and "forward only" in why and "needs a GPU" in why
 
 
 def test_flex_attention_computes_the_block_diagonal_mask_sdpa_computes():
@@ -350,26 +379,87 @@ def test_packing_check_fails_wrong_batches_on_the_part_that_names_the_cause(fn, 
     assert "speed: real tokens" not in result.summary  # never timed
 
 
+def _diagnosed(batches, docs) -> dict[str, list[str]]:
+    return {k: v for k, v in layout.diagnose(layout.read_layout(batches), docs).items() if v}
+
+
 def test_the_layout_reader_finds_every_document_of_a_valid_packing_and_bucketing():
     docs = packing.check_docs()
     for fn in (REF_BATCHES, bucketing, shifted_pairs):
-        layout = packing.read_layout(fn(docs, 8, 256))
-        assert not layout.problems and not packing.coverage(layout, docs)
+        assert not _diagnosed(fn(docs, 8, 256), docs)
 
 
 def test_a_last_target_equal_to_the_next_token_crosses_only_when_the_documents_say_so():
     """One row, read against two sets of documents: nanoGPT's pair of [1, 2, 3] beside
     [3, 4], or [1, 2] whose last token predicts the next document's first byte."""
     rows = ([1, 2, 3, 4], [2, 3, 4, text.IGNORE], [0, 1, 0, 1], [0, 0, 1, 1])
-    layout = packing.read_layout([lesson.Batch(*(torch.tensor([r]) for r in rows))])
+    batches = [lesson.Batch(*(torch.tensor([r]) for r in rows))]
     pairs = [torch.tensor(d) for d in ([1, 2, 3], [3, 4])]
     crossing = [torch.tensor(d) for d in ([1, 2], [3, 4])]
-    assert not layout.problems and not packing.coverage(layout, pairs)
-    said = packing.coverage(layout, crossing)
-    assert said == [
-        "batch 0, row 0: a target crosses from one document into the next (a document's last "
-        "token must have no target)"
-    ]
+    assert not _diagnosed(batches, pairs)
+    assert _diagnosed(batches, crossing) == {
+        "targets": [
+            "batch 0, row 0: a target crosses from one document into the next (a document's "
+            "last token must have no target)"
+        ]
+    }
+
+
+def test_targets_chained_through_documents_are_read_as_documents_that_cross():
+    """Targets shifted along the row as one text, no doc_ids and no positions: the row is one
+    chain, read as the documents it holds, each crossing into the next; what each sees is
+    then confirmed (its positions and attention), and nothing is missing."""
+    docs = [torch.tensor(d) for d in ([1, 2, 3], [4, 5], [6, 7, 8])]
+    tokens = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]])
+    targets = torch.tensor([[2, 3, 4, 5, 6, 7, 8, text.IGNORE]])
+    said = _diagnosed([lesson.Batch(tokens, targets)], docs)
+    assert said["targets"] == [f"batch 0, row 0: {layout.CROSSES}"] * 2
+    for kind in ("positions", "doc_ids"):  # the 2nd and 3rd start at columns 3 and 5
+        assert [f"column {c} " in m for m, c in zip(said[kind], (3, 5), strict=True)] == [True] * 2
+
+
+def test_what_a_piece_sees_is_reported_only_where_the_piece_is_a_whole_document():
+    """A document cut across two rows, positions running on into the second: the second part
+    is no document, so its positions are not blamed; what is missing and extra is."""
+    doc = torch.arange(10, 20)
+    tokens = torch.tensor([[30, 31, 10, 11, 12], [13, 14, 15, 16, 17]])
+    targets = torch.tensor([[31, -100, 11, 12, 13], [14, 15, 16, 17, 18]])
+    positions = torch.tensor([[0, 1, 0, 1, 2], [3, 4, 5, 6, 7]])
+    ids = torch.tensor([[0, 0, 1, 1, 1], [0, 0, 0, 0, 0]])
+    said = _diagnosed(
+        [lesson.Batch(tokens, targets, positions, ids)], [torch.tensor([30, 31]), doc]
+    )
+    assert set(said) == {"targets"}, said
+    assert any("never reach the model whole" in m for m in said["targets"])
+
+
+@pytest.mark.parametrize(
+    "change, kind, cause",
+    [
+        (lambda b: replace(b, tokens=b.tokens.int()), "targets", "tokens is torch.int32"),
+        (lambda b: replace(b, positions=b.positions[0]), "targets", "positions has shape (256,)"),
+        (
+            lambda b: replace(b, positions=b.positions.masked_fill(b.doc_ids < 0, -1)),
+            "positions",
+            "positions holds -1, outside 0-255: the model's position table has 256 entries "
+            "(padding needs one too",
+        ),
+        (
+            lambda b: replace(b, tokens=b.tokens.masked_fill(b.doc_ids < 0, 256)),
+            "targets",
+            "tokens holds 256, outside 0-255: the model's vocabulary of bytes has 256 entries "
+            "(padding needs one too",
+        ),
+        (lambda b: replace(b, positions=b.positions + 1), "positions", "holds 256, outside 0-255"),
+    ],
+    ids=["int32", "positions-one-row", "padding-at-minus-one", "pad-token-256", "positions-from-1"],
+)
+def test_a_batch_the_model_cannot_read_is_named_by_its_field(change, kind, cause):
+    docs = packing.check_docs()
+    said = _diagnosed([change(b) for b in REF_BATCHES(docs, 8, 256)], docs)
+    assert cause in said[kind][0], said
+    if "outside" in cause and "padding" not in cause:  # a document's own position
+        assert "padding" not in said[kind][0]
 
 
 def test_the_probe_model_tells_a_packing_without_positions_from_the_truth():
@@ -474,6 +564,28 @@ class EagerOnlyStat(lesson.ColleagueBlock):
         return x + self.mlp(self.ln2(x))
 
 
+class FirstCallOnly(lesson.ColleagueBlock):
+    """A tensor statistic recorded on the first call only: every later call, eager or
+    compiled, leaves the first one's value (the compiled forward is not the cause)."""
+
+    def forward(self, x, doc_ids=None):
+        h = self.attn(self.ln1(x), doc_ids)
+        x = x + h
+        if not hasattr(self, "last_rms"):
+            self.last_rms = h.detach().pow(2).mean().sqrt()
+        return x + self.mlp(self.ln2(x))
+
+
+class PerRow(lesson.ColleagueBlock):
+    """The RMS of each batch row: a tensor of B values, not the one number float() reads."""
+
+    def forward(self, x, doc_ids=None):
+        h = self.attn(self.ln1(x), doc_ids)
+        x = x + h
+        self.last_rms = h.detach().pow(2).mean((1, 2)).sqrt()
+        return x + self.mlp(self.ln2(x))
+
+
 def test_graph_break_check_passes_the_reference_and_a_no_grad_statistic():
     assert lesson.check_graph_break(lesson.ReferenceBlock).status == "passed"
     assert lesson.check_graph_break(NoGradStat).status == "passed"
@@ -484,13 +596,15 @@ def test_graph_break_check_passes_the_reference_and_a_no_grad_statistic():
     [
         (lesson.ColleagueBlock, "first break at compiling.py"),
         (FloatOfIt, "Tensor.item()"),
-        (Deleted, "last_rms is NoneType"),
+        (Deleted, "the block records no last_rms"),
         (Attached, "keeps this step's whole autograd graph"),
-        (Disabled, "TorchDynamo captured nothing"),
+        (Disabled, "TorchDynamo captured no operation of the forward"),
         (Scaled, "same output: max |yours - colleague's|, same weights: measured"),
         (DocIdsDropped, "with doc_ids (4 documents per row) yours is the output without"),
         (AttentionDetached, "no gradient reaches ln1.weight, ln1.bias, attn.qkv.weight"),
         (EagerOnlyStat, "the previous call's value (the colleague's is now"),
+        (FirstCallOnly, "still holds the first call's"),
+        (PerRow, "last_rms is a tensor of shape (2,)"),
     ],
     ids=[
         "unchanged",
@@ -502,6 +616,8 @@ def test_graph_break_check_passes_the_reference_and_a_no_grad_statistic():
         "doc-ids-dropped",
         "attention-detached",
         "eager-only-statistic",
+        "first-call-only",
+        "per-row",
     ],
 )
 def test_graph_break_check_fails_wrong_blocks_naming_the_cause(cls, cause):

@@ -29,7 +29,7 @@ def test_notebooks_that_record_an_effect_have_one_in_their_selftest():
     recorded = set()
     for path in sorted((ROOT / "solutions").glob("*.ipynb")):
         if any("cu.effect(" in c.source for c in read(path).cells if c.cell_type == "code"):
-            recorded.add(path.stem[:2])
+            recorded.add(path.stem.split("_")[0])
     with_effect = {i.lesson for i in discover() if i.kind == "effect"}
     assert recorded == with_effect
 

@@ -103,7 +103,7 @@ def unshown(source: Source, html: Path | None = None) -> list[str]:
             why = (
                 f"{executed} is another version of notebooks/{stem}.ipynb (cells "
                 f"{', '.join(view.differs[:5])} differ): run `course assign` if solutions/ "
-                f"changed, then `course report --only {stem[:2]}`"
+                f"changed, then `course report --only {stem.split('_')[0]}`"
             )
         elif record.get("outcome", "completed") != "completed":
             why = f"its run ended {record['outcome']} ({record.get('detail', '')})"

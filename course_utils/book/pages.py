@@ -52,7 +52,7 @@ def lesson_header(run: Run, lesson: str, how: str, *, with_solutions: bool = Fal
         what = "did not run this lesson" if how == "not run" else "ran another version of it"
         text = (
             f"The report run of {where} {what}: this page shows the notebook without outputs "
-            f"(`course report --only {lesson[:2]}` runs it)."
+            f"(`course report --only {lesson.split('_')[0]}` runs it)."
         )
     return (
         f"```{{note}}\n{text}\n\n"

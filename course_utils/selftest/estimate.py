@@ -82,7 +82,8 @@ CPU_RATIO_SOURCE = "docs/results/learner-path-cpu.md"  # tests/test_estimate.py 
 CPU_RATIO: dict[str, tuple[float, float]] = {
     "00": (1.03, 0.61),
     "01": (2.09, 1.0),
-    "02": (1.57, 4.16),
+    "02": (1.27, 1.0),
+    "02b": (1.24, 1.0),
     "03": (0.78, 1.4),
     "04": (0.97, 0.03),
     "05": (1.09, 1.48),
@@ -94,6 +95,8 @@ CPU_RATIO: dict[str, tuple[float, float]] = {
     "11": (1.12, 1.0),
     "12": (1.73, 0.53),
     "13": (1.04, 0.68),
+    "14": (3.09, 4.34),
+    "16": (1.28, 0.48),
 }
 BUDGET_QUICK_S, BUDGET_FAST_GPU_S, BUDGET_S = 60.0, 120.0, 300.0
 FAST_GPUS = ("A100", "H100", "H200", "GH200", "B200")
@@ -126,7 +129,20 @@ COSTS = {
     "01": NotebookCost(
         Cost(900, 1_000, 9), Cost(200_000, 20_500, 15), "10 runs of 2000 SmallCNN(32) steps full"
     ),
-    "02": NotebookCost(Cost(50, 300, 12), Cost(6_000, 1_500, 15), "CNN sweep to batch 4096 full"),
+    "02": NotebookCost(
+        Cost(90, 1_500, 10),
+        Cost(7_500, 1_500, 12),
+        "throughput sweeps (~15 timed calls per size): MLP 256-512x3 to batch 1024 quick (4 "
+        "MFLOP a sample), SmallCNN(32) to 4096 full (60); the regression's SGD and noise-scale "
+        "gradients as small steps",
+    ),
+    "02b": NotebookCost(
+        Cost(450, 1_500, 10),
+        Cost(160_000, 2_000, 12),
+        "LARS/LAMB/AdamW race: 12 runs of ~45 MLP steps at batch 1024 quick (0.8 GFLOP a step "
+        "with its test pass), ~100 SmallCNN(16) steps at batch 8192 full (139 GFLOP); step times "
+        "at 4 batches; the regression's SGD as small steps",
+    ),
     "03": NotebookCost(
         Cost(50, 680, 20),
         Cost(1_000, 4_400, 140),
@@ -151,6 +167,13 @@ COSTS = {
         Cost(10, 400, 45),
         "one launch of 2 processes (4 plans, 3 strategies, 2 precision policies, a checkpoint; "
         "3 timing rounds of 1 step quick, 7 of 3 full) and 4 pretend-world peaks: host-bound",
+    ),
+    "16": NotebookCost(
+        Cost(1, 100, 40),
+        Cost(2, 200, 80),
+        "one launch of 2 processes (a block split 3 ways; GPipe and 1F1B at 4 and 8 "
+        "micro-batches, sleeps standing for a device), full adds one of 4; exercise 3's launch "
+        "of 2; 5 layouts counted on a pretend world: host-bound",
     ),
 }  # "11": course_utils/lessons/capstone/selftest.py COST, counted from the capstone's sizes
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-# notebook prefix -> (notebook stem, lesson package): the order the course is taught in
+# notebook prefix -> (notebook stem, lesson package): the order the course is taught in. A
+# prefix is the notebook's name up to its first "_" ("02b" for 02b_large_batch), and the start
+# of its check ids ("02b-lr-scaling"): judge.py imports a check's lesson by it.
 LESSONS = {
     "00": ("00_measuring", "measuring"),
     "01": ("01_one_cycle", "one_cycle"),
     "02": ("02_batch_size", "batch_size"),
+    "02b": ("02b_large_batch", "large_batch"),
     "03": ("03_data_loading", "data_loading"),
     "04": ("04_mixed_precision", "mixed_precision"),
     "05": ("05_fast_kernels", "fast_kernels"),
@@ -27,6 +30,8 @@ LESSONS = {
     "11": ("11_capstone", "capstone"),
     "12": ("12_transformers", "transformers"),
     "13": ("13_fsdp", "fsdp"),
+    "14": ("14_timeline_compile", "timeline"),
+    "16": ("16_tensor_pipeline", "parallel"),
 }
 CHECK, EFFECT = "check", "effect"
 
@@ -62,10 +67,18 @@ def lesson_checks(prefix: str) -> list[str]:
     return [c for c in REGISTRY if c.split("-", 1)[0] == prefix]
 
 
+def _selects(only: str, prefix: str) -> bool:
+    """Whether `--only` names lesson `prefix`: "02" selects 02 and 02b, the lessons numbered 02;
+    "02b", or a notebook's name ("02_batch_size"), selects that lesson alone."""
+    named = only.split("_")[0]
+    family = named.isdigit() and "_" not in only
+    return prefix == named or (family and prefix[:2] == named)
+
+
 def discover(only: list[str] | None = None) -> list[Item]:
     """Every registered check and every headline effect of the lessons named in `only`
     (notebook prefixes; all when None), in teaching order."""
-    prefixes = [p for p in LESSONS if not only or any(p.startswith(o[:2]) for o in only)]
+    prefixes = [p for p in LESSONS if not only or any(_selects(o, p) for o in only)]
     items = []
     for prefix in prefixes:
         items += [Item(prefix, CHECK, c) for c in lesson_checks(prefix)]

@@ -16,7 +16,7 @@ def fit_budget(estimates: list[dict], seconds: float) -> list[str]:
     chosen, left = [], seconds
     for e in estimates:
         if e["estimate_s"] <= left:
-            chosen.append(e["notebook"][:2])
+            chosen.append(e["notebook"].split("_")[0])  # "02b" for 02b_large_batch
             left -= e["estimate_s"]
     return chosen
 

@@ -13,6 +13,11 @@ from redteam_helpers import assert_verdict, in_ci, run_check
 
 import course_utils as cu
 from course_utils.lessons import batch_size as lesson
+from course_utils.lessons import large_batch  # 02b-lr-scaling, lesson 02b since issue 34
+
+# Since issue 34 these checks are lesson 02b's (notebook 02b_large_batch, package large_batch):
+# 02-lr-scaling is 02b-lr-scaling, 02-trust-ratio 02b-trust-ratio, 02-optimizer-choice
+# 02b-optimizer-choice; the cases are as the red team wrote them.
 
 device = torch.device("cpu")  # the notebook's global, which its probe passes on
 
@@ -463,7 +468,7 @@ def sched_interp(optimizer, batch_size, warmup_steps, base_batch=256):
 
 
 def sched_colleague_as_given(optimizer, batch_size, warmup_steps, base_batch=256):
-    return lesson.colleague_schedule(optimizer, batch_size, warmup_steps, base_batch)
+    return large_batch.colleague_schedule(optimizer, batch_size, warmup_steps, base_batch)
 
 
 def sched_colleague_true_division_only(optimizer, batch_size, warmup_steps, base_batch=256):
@@ -571,7 +576,7 @@ LR_SCALING = [
 
 @pytest.mark.parametrize("fn, expected, cause, not_causes", LR_SCALING)
 def test_lr_scaling(fn, expected, cause, not_causes):
-    assert_verdict(run_check(lesson.check_lr_schedule, fn), expected, cause, not_causes)
+    assert_verdict(run_check(large_batch.check_lr_schedule, fn), expected, cause, not_causes)
 
 
 # --- 02-noise-scale: noise_scale(gradient, b_small, b_big, n) -> B_simple ------------------

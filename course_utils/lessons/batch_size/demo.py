@@ -1,5 +1,6 @@
-"""Lesson 02's workloads: real training steps, steps of known cost, a simulated device with a
-memory limit, a memory budget for real steps on any device, and the CUDA peak-memory probe."""
+"""Lesson 02's workloads: real training steps, steps of known cost, a colleague's throughput
+sweep, a simulated device with a memory limit, a memory budget for real steps on any device,
+and the CUDA peak-memory probe."""
 
 from __future__ import annotations
 
@@ -218,36 +219,3 @@ def _cuda_peak(make_step: Callable, b: int, device: torch.device) -> tuple[int, 
         if not is_out_of_memory(exc):
             raise
     return 0, True
-
-
-# --- the learning rate a scheduler gives, step by step --------------------------------------
-
-
-def lr_per_step(
-    make_schedule: Callable,
-    base_lr: float | Sequence[float],
-    batch_size: int,
-    warmup_steps: int,
-    steps: int,
-    base_batch: int = 256,
-) -> list:
-    """The LR the optimizer uses at each of `steps` steps, the scheduler stepped per batch.
-    `base_lr` a number: one param group, one list; a sequence of numbers: one param group per
-    number (each its own initial LR), one list per group."""
-    many = isinstance(base_lr, Sequence)
-    lrs = [float(x) for x in base_lr] if many else [float(base_lr)]
-    groups = [{"params": [torch.zeros(1, requires_grad=True)], "lr": lr} for lr in lrs]
-    optimizer = torch.optim.SGD(groups, lr=lrs[0])
-    scheduler = make_schedule(optimizer, batch_size, warmup_steps, base_batch)
-    if not isinstance(scheduler, torch.optim.lr_scheduler.LRScheduler):
-        raise TypeError(
-            "expected a torch.optim.lr_scheduler scheduler (e.g. LambdaLR), "
-            f"got {type(scheduler).__name__}"
-        )
-    out: list[list[float]] = [[] for _ in lrs]
-    for _ in range(steps):
-        for row, group in zip(out, optimizer.param_groups, strict=True):
-            row.append(float(group["lr"]))
-        optimizer.step()
-        scheduler.step()
-    return out if many else out[0]

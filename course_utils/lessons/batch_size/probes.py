@@ -1,8 +1,7 @@
-"""Lesson 02's probes for exercises 1-4: each builds its specimen from plain arguments (a size,
-a scenario's name, a seed), runs the learner's answer on it beside the learner's code, and
-returns what it saw as data (course_utils.probes). The checks (checks.py, lr_check.py)
-compute what that data must be; the scenarios live here so that both sides build the same
-ones. LARS and the optimizer choice have theirs in lars_probes.py."""
+"""Lesson 02's probes for its three exercises: each builds its specimen from plain arguments (a
+size, a scenario's name, a seed), runs the learner's answer on it beside the learner's code,
+and returns what it saw as data (course_utils.probes). The checks (checks.py) compute what
+that data must be; the scenarios live here so that both sides build the same ones."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ from ... import device as device_module
 from ...errors import ReferenceUsed
 from ...measure import Throughput, steady_cpu
 from ...probes import probe
-from .demo import MiB, SimulatedMemory, known_cost_steps, lr_per_step, simulated_steps
+from .demo import MiB, SimulatedMemory, known_cost_steps, simulated_steps
 from .regression import NoisyRegression
 
 # --- exercise 1: throughput on steps of known cost ------------------------------------------
@@ -131,7 +130,7 @@ def largest_batch_on(largest_batch, name: str, scale: int = 1) -> dict:
     return seen
 
 
-# --- exercise 4: gradient noise scale on regressions with a closed form ----------------------
+# --- exercise 3: gradient noise scale on regressions with a closed form ----------------------
 
 
 def noise_problem(case: int, seed: int) -> tuple[NoisyRegression, int, int, int]:
@@ -156,13 +155,3 @@ def noise_scale_on(noise_scale, case: int, seed: int):
 
     with steady_cpu():  # thousands of tiny autograd calls: one thread avoids thread thrash
         return noise_scale(gradient, b_small, b_big, n)
-
-
-# --- exercise 3: the LR per step ---------------------------------------------------------------
-
-
-@probe
-def lr_traces(make_schedule, lrs: list, batch: int, warmup: int, steps: int, base_batch: int):
-    """The LR of each param group (initial LRs `lrs`) at each step under the learner's
-    scheduler (demo.lr_per_step): one list per group."""
-    return lr_per_step(make_schedule, tuple(lrs), batch, warmup, steps, base_batch)

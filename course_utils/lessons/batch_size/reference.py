@@ -52,16 +52,6 @@ def reference_largest_batch(
 
 
 @reference
-def reference_lr_schedule(optimizer, batch_size: int, warmup_steps: int, base_batch: int = 256):
-    """Goyal et al. 2017: LR x (B / base_batch), reached linearly from the base LR over
-    `warmup_steps` (stepped per batch). Verified by check 02-lr-scaling."""
-    k = batch_size / base_batch
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda t: 1 + (k - 1) * min(t, warmup_steps) / warmup_steps
-    )
-
-
-@reference
 def reference_noise_scale(
     gradient: Callable[[int], torch.Tensor], b_small: int, b_big: int, n: int
 ) -> float:

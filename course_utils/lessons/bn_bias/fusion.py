@@ -48,41 +48,19 @@ FUSE_SEEDS = (0, 3, 5)
     "TorchFunctionMode beside it",
 )
 def check_fuse(fuse_for_inference):
+    """The fused copy's outputs, modes and batch-norm calls on two specimens, the given model
+    left as it was, and the copy's speed. # CHANGED in issue 34: what happened to the given
+    model is named from its state (modules replaced, statistics updated by a train-mode
+    forward, weights changed) and the copy's mode from which modules stayed in train mode."""
     rng = specimen_rng()
     seed = rng.choice(FUSE_SEEDS)
     model, x, _ = fuse_case("scenario", seed)
     state = copy.deepcopy(model.state_dict())
     want = outputs(model, x, False)
     seen = observe(fused_copy, fuse_for_inference, "scenario", seed)
-    after = seen["state"]
-    same_state = set(state) == set(after) and all(
-        isinstance(after[k], torch.Tensor)
-        and after[k].shape == v.shape
-        and torch.equal(v, after[k])
-        for k, v in state.items()
-    )
-    not_training = seen["not_training"]
-    if not same_state:
-        said = "your function changed the weights or buffers of the model it was given: fuse a copy (copy.deepcopy)"
-    elif not_training:
-        said = (
-            f"weights untouched, but the model you were given is left in eval mode "
-            f"({', '.join(not_training[:3])}): call .eval() on the copy, not on it"
-        )
-    else:
-        said = "unchanged, still in train mode"
-    parts = [correct("training model kept", same_state and not not_training, said)]
-    training = seen["training"]
-    parts.append(
-        correct(
-            "eval-mode copy",
-            not training,
-            "every submodule of the copy is in eval mode"
-            if not training
-            else f"{len(training)} module(s) of the copy are in train mode ({', '.join(training[:3])}): "
-            "call .eval() on the copy (it sets every submodule; .training = False sets one)",
-        )
-    )
+    said = _given_model(state, seen["state"], seen["not_training"])
+    parts = [correct("training model kept", said is None, said or "unchanged, still in train mode")]
+    parts.append(_copy_mode(seen["training"], seen.get("top_training", False)))
     gap = differ(seen["output"], want)
     parts.append(
         at_most(
@@ -102,6 +80,67 @@ def check_fuse(fuse_for_inference):
     if any(p.status == "failed" for p in parts):
         return [*parts, correct("inference speed-up", False, "not measured: fix the fusion first")]
     return [*parts, _fusion_speed(fuse_for_inference)]
+
+
+def _given_model(before: dict, after: dict, not_training: list) -> str | None:
+    """What the learner's function did to the model it was given, from its state_dict before
+    and after and the modules it left out of train mode; None if nothing."""
+    missing, extra = sorted(set(before) - set(after)), sorted(set(after) - set(before))
+    if missing or extra:
+        gone = f"{len(missing)} entries gone ({', '.join(missing[:2])})" if missing else ""
+        new = f"{len(extra)} new ({', '.join(extra[:2])})" if extra else ""
+        return (
+            f"the model you were given lost or gained state ({'; '.join(x for x in (gone, new) if x)}): "
+            "its modules were replaced in place; fuse a copy (copy.deepcopy) and change only it"
+        )
+    changed = [
+        k
+        for k, v in before.items()
+        if not (
+            isinstance(after[k], torch.Tensor)
+            and after[k].shape == v.shape
+            and torch.equal(v, after[k])
+        )
+    ]
+    statistics_only = all(k.rsplit(".", 1)[-1] in _BN_STATISTICS for k in changed)
+    if changed and statistics_only and any(k.endswith("num_batches_tracked") for k in changed):
+        return (
+            f"the BatchNorm statistics of the model you were given changed ({', '.join(changed[:2])}"
+            "; num_batches_tracked counted a batch): a forward ran on it in train mode. Run "
+            "your forwards on the eval-mode copy"
+        )
+    if changed:
+        return (
+            f"your function changed the {'BatchNorm statistics' if statistics_only else 'weights'} "
+            f"of the model it was given ({', '.join(changed[:2])}): fuse a copy "
+            "(copy.deepcopy) and change only it"
+        )
+    if not_training:
+        return (
+            f"weights untouched, but the model you were given is left in eval mode "
+            f"({', '.join(not_training[:3])}): call .eval() on the copy, not on it"
+        )
+    return None
+
+
+_BN_STATISTICS = ("running_mean", "running_var", "num_batches_tracked")
+
+
+def _copy_mode(training: list, top_training: bool) -> object:
+    """The eval-mode part: which of the copy's modules are still in train mode, and whether
+    its top module is in train mode too (no .eval() on the copy) or not (a flag set on one).
+    A container left in train mode alone (an nn.Sequential: MODELESS) changes nothing."""
+    if not training:
+        return correct("eval-mode copy", True, "every submodule of the copy is in eval mode")
+    some = f"{len(training)} module(s) of the copy are in train mode ({', '.join(training[:3])})"
+    if top_training:
+        why = f"{some}, the copy itself too: call .eval() on the copy"
+    else:
+        why = (
+            f"{some}, though the copy's top module is in eval mode: call .eval() on the copy, "
+            "which sets every submodule (.training = False sets one)"
+        )
+    return correct("eval-mode copy", False, why)
 
 
 def _small_variance_parts(fuse_for_inference, seed: int) -> list:

@@ -120,8 +120,8 @@ MODELESS = (nn.Identity, nn.Sequential, nn.ModuleList, nn.ModuleDict)
 @probe
 def fused_copy(fuse_for_inference, specimen: str, seed: int) -> dict:
     """The learner's fusion of a fuse_case: the given model's state and the modules it left
-    out of train mode, the copy's modules still in train mode, the copy's eval output, and the
-    batch-norm calls one forward of the copy makes."""
+    out of train mode, the copy's modules still in train mode (and whether its top module is),
+    the copy's eval output, and the batch-norm calls one forward of the copy makes."""
     model, x, example = fuse_case(specimen, seed)
     fused = fuse_for_inference(model, example)
     training = [
@@ -135,6 +135,7 @@ def fused_copy(fuse_for_inference, specimen: str, seed: int) -> dict:
         "state": model.state_dict(),
         "not_training": [n or "the model" for n, m in model.named_modules() if not m.training],
         "training": training,
+        "top_training": bool(fused.training),
         "output": out,
         "bn_calls": batch_norm_calls(fused, x),
     }

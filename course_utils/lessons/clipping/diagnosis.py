@@ -7,10 +7,12 @@ rule follows. Nothing here runs the learner's code: the probes (probes.py) do.""
 from __future__ import annotations
 
 import math
+import statistics
 
 import torch
 from torch import nn
 
+from ...amp_calls import Event
 from . import demo
 
 
@@ -102,6 +104,81 @@ STEP_MISTAKES = {
 }
 
 
+def _events(events: list) -> list[Event]:
+    return [e if isinstance(e, Event) else Event(**e) for e in events]
+
+
+def unmoved(events: list, max_norm: float) -> str:
+    """Why two steps left the parameters where they were, from what the first step called."""
+    calls = [e for e in _events(events) if e.step == 0]
+    order = [e.what for e in calls]
+    said = "your steps did not move the parameters"
+    if "optimizer.step" not in order:
+        return f"{said}: optimizer.step() was never called on the optimizer you were given"
+    step_at = order.index("optimizer.step")
+    taken = calls[step_at]
+    backward = "backward" in order[:step_at]
+    if math.isnan(taken.norm):
+        if not backward:
+            return f"{said}: no backward() reached the parameters before optimizer.step()"
+        return (
+            f"{said}: backward() ran, but when optimizer.step() ran every .grad was None "
+            "again: a call between them removed the gradients"
+        )
+    if taken.norm == 0:
+        handed = [e.norm for e in calls[:step_at] if e.what == "clip" and e.norm > 0]
+        return f"{said}: every gradient was exactly 0 when optimizer.step() ran" + (
+            f", though backward() had left them a norm of {handed[0]:.3g}: a call between "
+            "backward() and step() zeroed them"
+            if handed and backward
+            else ""
+        )
+    return f"{said}, though optimizer.step() saw gradients: compare your step with Exercise 2"
+
+
+def unclipped(events: list, max_norm: float) -> str:
+    """Why the parameters equal an unclipped step, from the order of what the first step
+    called: a clip after optimizer.step(), before backward(), handed no gradient, or handed
+    the gradient without shortening it."""
+    calls = [e for e in _events(events) if e.step == 0]
+    order = [e.what for e in calls]
+    said = "parameters equal an UNCLIPPED step"
+    if "optimizer.step" not in order:
+        return f"{said}: compare your step with Exercise 2"
+    step_at = order.index("optimizer.step")
+    used = calls[step_at].norm
+    clips = [i for i, what in enumerate(order) if what == "clip"]
+    if not clips:
+        return (
+            f"{said}: optimizer.step() used a gradient of norm {used:.3g}, above max_norm "
+            f"{max_norm:g}, and nothing shortened it before step()"
+        )
+    first_backward = order.index("backward") if "backward" in order else len(order)
+    if all(i > step_at for i in clips):
+        return (
+            f"{said}: your clip_grad_norm_ ran after optimizer.step(), which had already used "
+            f"the unclipped gradient (norm {used:.3g}); the clipped one was never used"
+        )
+    if all(i < first_backward for i in clips):
+        return (
+            f"{said}: your clip_grad_norm_ ran before backward(), when there was no gradient "
+            f"to clip yet; optimizer.step() then used norm {used:.3g}"
+        )
+    between = [calls[i] for i in clips if first_backward < i < step_at]
+    if between and all(math.isnan(e.norm) for e in between):
+        return (
+            f"{said}: your clip_grad_norm_ was handed no parameter with a gradient (an empty "
+            "list, or a generator already used up)"
+        )
+    if between:
+        return (
+            f"{said}: your clip_grad_norm_ ran between backward() and step() and was handed a "
+            f"norm of {between[-1].norm:.3g}, yet optimizer.step() used {used:.3g}, above "
+            f"max_norm {max_norm:g}: it did not shorten the gradient to max_norm"
+        )
+    return f"{said} (optimizer.step() used norm {used:.3g}): compare your order with Exercise 2"
+
+
 def diagnose_norm(got: float, model: nn.Module, norm_type: float) -> str:
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     per_tensor = [float(torch.linalg.vector_norm(g, norm_type)) for g in grads]
@@ -128,22 +205,175 @@ def diagnose_norm(got: float, model: nn.Module, norm_type: float) -> str:
     return "it matches no usual mistake: print the per-tensor norms and compare"
 
 
+# --- exercise 4: accumulated steps the check replays -------------------------------------------
+# mistake -> (a step that makes exactly it, what to tell a learner whose parameters match, what
+# the norm it returns is: told when the learner returned that same number)
+
+
+def _accumulate(model, loss_fn, micro, optimizer, divide: bool = True) -> None:
+    optimizer.zero_grad(set_to_none=True)
+    for x, y in micro:
+        loss = loss_fn(model(x), y)
+        (loss / len(micro) if divide else loss).backward()
+
+
+def clip_every_micro_batch(model, loss_fn, micro, optimizer, max_norm):
+    optimizer.zero_grad(set_to_none=True)
+    for x, y in micro:
+        (loss_fn(model(x), y) / len(micro)).backward()
+        norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    return norm
+
+
+def summed_not_averaged(model, loss_fn, micro, optimizer, max_norm):
+    _accumulate(model, loss_fn, micro, optimizer, divide=False)
+    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    return norm
+
+
+def summed_and_clipped_each(model, loss_fn, micro, optimizer, max_norm):
+    optimizer.zero_grad(set_to_none=True)
+    for x, y in micro:
+        loss_fn(model(x), y).backward()
+        norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    return norm
+
+
+def last_micro_batch_only(model, loss_fn, micro, optimizer, max_norm):
+    for x, y in micro:
+        optimizer.zero_grad(set_to_none=True)
+        (loss_fn(model(x), y) / len(micro)).backward()
+    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    return norm
+
+
+def step_every_micro_batch(model, loss_fn, micro, optimizer, max_norm):
+    norm = None
+    for x, y in micro:
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        optimizer.step()
+    return norm
+
+
+def accumulated_unclipped(model, loss_fn, micro, optimizer, max_norm):
+    _accumulate(model, loss_fn, micro, optimizer)
+    norm = _total([p for p in model.parameters() if p.grad is not None])
+    optimizer.step()
+    return norm
+
+
+def clipped_before_last_backward(model, loss_fn, micro, optimizer, max_norm):
+    optimizer.zero_grad(set_to_none=True)
+    norm = None
+    for i, (x, y) in enumerate(micro):
+        if i == len(micro) - 1:
+            norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        (loss_fn(model(x), y) / len(micro)).backward()
+    optimizer.step()
+    return norm
+
+
+def accumulated_first_group(model, loss_fn, micro, optimizer, max_norm):
+    _accumulate(model, loss_fn, micro, optimizer)
+    norm = _total([p for p in model.parameters() if p.grad is not None])
+    nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], max_norm)
+    optimizer.step()
+    return norm
+
+
+# mistake -> (a step that makes exactly it, what to tell a learner whose parameters match)
+ACCUM_MISTAKES = {
+    "clip every micro-batch": (
+        clip_every_micro_batch,
+        "parameters equal a step that clipped after EVERY micro-batch's backward(): each clip "
+        "shortened a partial sum, and the micro-batches before the last were shortened again "
+        "and again. The gradient is complete only after the last backward()",
+        "the norm of a partial sum: what the last micro-batch's clip saw, after the earlier "
+        "clips had shortened the rest",
+    ),
+    "summed": (
+        summed_not_averaged,
+        "parameters equal a step on the SUM of the micro-batch gradients (k times the whole "
+        "batch's mean): divide each micro-batch's loss by the number of micro-batches "
+        "(lesson 07)",
+        "k times the whole batch's norm: the norm of the SUM of the micro-batch gradients",
+    ),
+    "summed, clipped each": (
+        summed_and_clipped_each,
+        "parameters equal a step that summed the micro-batch losses (no division by their "
+        "number) AND clipped after every micro-batch's backward()",
+        "the norm of a partial SUM (no division) after the earlier clips",
+    ),
+    "last micro-batch only": (
+        last_micro_batch_only,
+        "parameters equal a step on the LAST micro-batch's gradient alone: a zero_grad inside "
+        "the loop threw the earlier micro-batches' gradients away",
+        "the norm of the last micro-batch's gradient alone",
+    ),
+    "step every micro-batch": (
+        step_every_micro_batch,
+        "parameters equal one clipped optimizer.step() per micro-batch: accumulation takes one "
+        "step for all of them",
+        "the norm of the last micro-batch's gradient, stepped on its own",
+    ),
+    "unclipped": (
+        accumulated_unclipped,
+        "parameters equal the accumulated step UNCLIPPED, though its norm is above max_norm",
+        "the right norm",
+    ),
+    "clip before last backward": (
+        clipped_before_last_backward,
+        "parameters equal a step that clipped before the LAST micro-batch's backward(): that "
+        "micro-batch's gradient was added after the clip",
+        "the norm before the last micro-batch's gradient was added",
+    ),
+    "first group": (
+        accumulated_first_group,
+        "you clipped only the first param group's parameters (the optimizer has two): clip "
+        "every parameter the optimizer updates",
+        "the right norm",
+    ),
+}
+
+
+def _sorted_as_given(h: list[float]) -> float:
+    """statistics.median of the raw history: Python sorts a list holding NaN into runs, not
+    in order, so its middle entry can be anything."""
+    return statistics.median(h)
+
+
 def which_statistic(answers: list[float | None], histories: list[list[float]]) -> str:
     """A statistic is named only when it reproduces the learner's answer on every history."""
     if len({a for a in answers}) == 1:
         return " (the same number for every history: the threshold must come from the norms)"
     finite = [[n for n in h if math.isfinite(n)] for h in histories]
     candidates = {
-        "the mean of the finite norms": lambda f: sum(f) / len(f),
-        "the largest finite norm": max,
-        "the smallest norm": min,
-        "the first norm": lambda f: f[0],
-        "the last finite norm": lambda f: f[-1],
+        "the mean of the finite norms": lambda h, f: sum(f) / len(f),
+        "the largest finite norm": lambda h, f: max(f),
+        "the smallest norm": lambda h, f: min(f),
+        "the first norm": lambda h, f: f[0],
+        "the last finite norm": lambda h, f: f[-1],
+        "the middle entry of the history in the order logged (not sorted)": lambda h, f: h[
+            len(h) // 2
+        ],
+        "the middle finite entry in the order logged (not sorted)": lambda h, f: f[len(f) // 2],
+        "the middle of the history sorted with inf/NaN left in (a list holding NaN does not "
+        "sort)": lambda h, f: _sorted_as_given(h),
     }
     for what, stat in candidates.items():
         if all(
-            a is not None and math.isclose(a, stat(f), rel_tol=1e-6)
-            for a, f in zip(answers, finite, strict=True)
+            a is not None and _close(a, stat(h, f))
+            for a, h, f in zip(answers, histories, finite, strict=True)
         ):
             return f" (your answers equal {what} of each history)"
     return ""
+
+
+def _close(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-6)

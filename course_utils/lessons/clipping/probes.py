@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import math
 from collections import deque
 from unittest import mock
@@ -14,8 +15,9 @@ from unittest import mock
 import torch
 from torch import nn
 
+from ...amp_calls import CallLog, Event, watch
 from ...probes import probe
-from . import amp_probes, demo
+from . import accumulation, demo
 
 # --- specimens both sides build --------------------------------------------------------------
 
@@ -44,16 +46,44 @@ def step_case(seed: int, batch_seed: int) -> tuple[nn.Module, list]:
     return model, [next(gen), next(gen)]
 
 
-def two_steps(step, model, batches, max_norm: float) -> tuple[list[torch.Tensor], object]:
+def two_steps(
+    step, model, batches, max_norm: float, log: CallLog | None = None
+) -> tuple[list[torch.Tensor], object]:
     """Two steps with an optimizer of two param groups (recurrent weights, the rest), so that
-    clipping only the first group shows; the parameters after, and the last norm returned."""
+    clipping only the first group shows; the parameters after, and the last norm returned.
+    With a `log`, what each step called is recorded into it (amp_calls.watch: each
+    clip_grad_norm_ with the norm it was handed, each optimizer.step() with its gradients'
+    norm), and each backward() as a "backward" event."""
     model = copy.deepcopy(model)
     params = list(model.parameters())
     optimizer = torch.optim.SGD([{"params": params[:2]}, {"params": params[2:]}], lr=demo.LR)
     norm = None
-    for x, y in batches:
-        norm = step(model, nn.functional.mse_loss, x, y, optimizer, max_norm)
+    with contextlib.ExitStack() as stack:
+        if log is not None:
+            stack.enter_context(watch(optimizer, log))
+            stack.enter_context(_backwards(params, log))
+        for i, (x, y) in enumerate(batches):
+            if log is not None:
+                log.step = i
+            norm = step(model, nn.functional.mse_loss, x, y, optimizer, max_norm)
     return [p.detach().clone() for p in model.parameters()], norm
+
+
+@contextlib.contextmanager
+def _backwards(params: list[nn.Parameter], log: CallLog):
+    """A "backward" event in `log` each time a backward pass reaches the parameters (once per
+    pass: the first parameter's gradient accumulated after another event opens it)."""
+
+    def seen(_):
+        if not log.events or log.events[-1].what != "backward" or log.events[-1].step != log.step:
+            log.events.append(Event(log.step, "backward"))
+
+    hooks = [p.register_post_accumulate_grad_hook(seen) for p in params]
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
 
 
 @contextlib.contextmanager
@@ -93,11 +123,12 @@ def total_norm_of(
 
 @probe
 def clipped_steps(clipped_step, seed: int, batch_seed: int, max_norm: float) -> dict:
-    """Two of the learner's steps on step_case(seed, batch_seed): the parameters after, and
-    the norm the second one returned."""
+    """Two of the learner's steps on step_case(seed, batch_seed): the parameters after, the
+    norm the second one returned, and what each step called, in order (two_steps' log)."""
     model, batches = step_case(seed, batch_seed)
-    params, norm = two_steps(clipped_step, model, batches, max_norm)
-    return {"params": params, "norm": norm}
+    log = CallLog()
+    params, norm = two_steps(clipped_step, model, batches, max_norm, log)
+    return {"params": params, "norm": norm, "events": [dataclasses.asdict(e) for e in log.events]}
 
 
 @probe
@@ -144,7 +175,10 @@ def max_norm_for(choose_max_norm, norms: list[float]):
 
 
 @probe
-def amp_steps(amp_clipped_step, max_norm: float, seed: int) -> dict:
-    """Four calls of the learner's AMP step on amp_probes' scenario (the third with inf
-    gradients), and what was recorded while they ran, as data (amp_probes.as_data)."""
-    return amp_probes.as_data(amp_probes.amp_run(amp_clipped_step, max_norm, seed=seed))
+def accumulated_steps(
+    accumulated_clipped_step, seed: int, batch_seed: int, k: int, max_norm: float
+) -> dict:
+    """Two of the learner's accumulated steps on accumulation.accum_case(seed, batch_seed, k):
+    the parameters after, the norm each returned, and the most samples one forward saw."""
+    model, batches = accumulation.accum_case(seed, batch_seed, k)
+    return accumulation.run_steps(accumulated_clipped_step, model, batches, max_norm)

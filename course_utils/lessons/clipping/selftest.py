@@ -12,7 +12,7 @@ def answers() -> dict:
         "08-total-norm": lambda: (ref.reference_total_norm,),
         "08-clipped-step": lambda: (ref.reference_clipped_step,),
         "08-max-norm": lambda: (ref.reference_choose_max_norm,),
-        "08-amp-clip": lambda: (ref.reference_amp_clipped_step,),
+        "08-accum-clip": lambda: (ref.reference_accumulated_clipped_step,),
     }
 
 

@@ -10,7 +10,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .demo import RunLog, amp_problem
+from . import accumulation
+from .demo import RunLog
 
 NORM_TYPES = (1.0, 2.0, math.inf)
 
@@ -56,35 +57,60 @@ def norm_table(total_norm: Callable) -> str:
     return "\n".join(rows)
 
 
-def train_amp(step: Callable, max_norm: float = 1.0, steps: int = 40, label: str = "") -> RunLog:
-    """`step(model, loss_fn, x, y, optimizer, scaler, max_norm)` repeated on lesson 08's AMP
-    problem (CPU): the loss before each step and the norm the step returned."""
-    model, optimizer, scaler, x, y = amp_problem("cpu")
-    log = RunLog(label or "AMP step", max_norm)
-    for _ in range(steps):
-        with torch.no_grad():
-            log.loss.append(float(nn.functional.mse_loss(model(x), y)))
-        norm = step(model, nn.functional.mse_loss, x, y, optimizer, scaler, max_norm)
-        log.norm.append(float(norm) if norm is not None else math.nan)
-    return log
-
-
-def fp32_clipped_step(model, loss_fn, x, y, optimizer, scaler, max_norm) -> torch.Tensor:
-    """The same clipping without mixed precision: no autocast, the scaler unused. What an AMP
-    step with clipping should reproduce up to rounding."""
-    optimizer.zero_grad(set_to_none=True)
-    loss_fn(model(x), y).backward()
-    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    optimizer.step()
-    return norm
-
-
 def norm_summary(log: RunLog) -> str:
-    """One line: what the norms a step returned looked like (median, largest finite)."""
-    finite = sorted(n for n in log.norm if math.isfinite(n))
+    """One line: the first norms a step returned, how many were exactly 0, the largest finite
+    one, and the loss at the start and at the end."""
+    finite = [n for n in log.norm if math.isfinite(n)]
     if not finite:
         return "norms returned: none finite"
+    first = ", ".join(f"{n:.3g}" for n in log.norm[:3])
+    zeros = sum(n == 0 for n in log.norm)
     return (
-        f"norms returned: median {finite[len(finite) // 2]:.4g}, largest finite {finite[-1]:.4g}"
-        f", loss {log.loss[0]:.4g} -> {log.loss[-1]:.4g}"
+        f"norms returned: first {first}; {zeros} of {len(log.norm)} were 0; largest finite "
+        f"{max(finite):.4g}; loss {log.loss[0]:.4g} -> {log.loss[-1]:.4g}"
     )
+
+
+ACCUM_CASES = (1, 2, 4, 8)  # micro-batches per step in accumulation_table
+IDLE, ACTS = 1000.0, 1.0  # max_norm far above the RNN's first gradient norms (~10), and below
+
+
+def accumulation_table(step: Callable) -> str:
+    """A markdown table: one step of `step(model, loss_fn, micro_batches, optimizer, max_norm)`
+    on the exploding RNN's first batch of 64, cut into 1, 2, 4 and 8 micro-batches, against one
+    clipped step on the whole batch, with clipping idle and acting: whether the parameters
+    agree, and the norm each returned."""
+    model, batches = accumulation.accum_case(0, 1, 1, steps=1)
+    whole = {m: accumulation.whole_batch(model, batches, m) for m in (IDLE, ACTS)}
+    head = "| micro-batches × samples | " + " | ".join(
+        f"max_norm={m:g} ({'clipping idle' if m == IDLE else 'clipping acts'})" for m in whole
+    )
+    rows = [head + " |", "|---|" + "---|" * len(whole)]
+    for k in ACCUM_CASES:
+        micro = [accumulation.split(*batches[0][0], k)]
+        cells = []
+        for max_norm, want in whole.items():
+            try:
+                got = accumulation.run_steps(step, model, micro, max_norm)
+            except Exception as exc:  # a symptom table reports a crash as a cell, it does not raise
+                cells.append(f"error: {type(exc).__name__}")
+                continue
+            off = accumulation.largest_difference(got["params"], want["params"])
+            verdict = (
+                "✓ same step"
+                if accumulation.same(got["params"], want["params"])
+                else (f"✗ parameters off by up to {off:.2g}")
+            )
+            cells.append(
+                f"{verdict}; norm returned {_shown(got['norms'][0])} "
+                f"(whole batch: {float(want['norms'][0]):.4g})"
+            )
+        rows.append(f"| {k} × {64 // k} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def _shown(norm) -> str:
+    try:
+        return f"{float(norm):.4g}"
+    except (TypeError, ValueError):
+        return repr(norm)

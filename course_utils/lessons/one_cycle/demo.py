@@ -42,8 +42,9 @@ def decoded(source: str, n_train: int | None, n_test: int | None) -> tuple[torch
 def data(n_train: int | None, n_test: int | None) -> tuple[torch.Tensor, ...]:
     """(x_train, y_train, x_test, y_test) from `dataset_source()`; prints what it loaded."""
     source = dataset_source()
-    tensors = decoded(source, n_train, n_test)
     what = "CIFAR-10" if source == "cifar10" else "the offline image set (synthetic shapes)"
+    print(f"Data: decoding {what} into memory...", flush=True)  # seconds on a busy CPU
+    tensors = decoded(source, n_train, n_test)
     print(f"Data: {what}; {len(tensors[0]):,} training and {len(tensors[2]):,} test images.")
     return tensors
 

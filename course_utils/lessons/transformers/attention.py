@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ...device import amp_dtype
+
 
 def allowed(doc_ids: torch.Tensor | None, T: int, device=None) -> torch.Tensor:
     """Which keys each query may see: (T, T) causal, or (B, 1, T, T) causal and within the
@@ -78,12 +80,32 @@ def kernels_run(fn: Callable[[], object]) -> list[str]:
     return [n for n in spy.names if "attention" in n or "flash" in n or "efficient" in n]
 
 
-def backends(q, k, v) -> dict[str, str]:
+# torch 2.14's kernel filters (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp):
+# FlashAttention and cuDNN's take only fp16 and bf16 (check_dtypes_low_precision; bf16 from
+# compute capability 8.0), and need sm80 or newer; the memory-efficient kernel also float32,
+# from sm50. FlashAttention takes no attn_mask (check_for_attn_mask); cuDNN's and the
+# memory-efficient one take a mask of a shape that broadcasts (check_attn_mask_shape). On a
+# CPU, the flash-style kernel takes float32, bf16 and fp16, and a mask.
+def probe_dtype(device) -> torch.dtype:
+    """The dtype to ask SDPA's backends about on `device`: on a CUDA GPU its fast 16-bit type
+    (bf16 from compute capability 8.0, fp16 before), the only types FlashAttention and cuDNN
+    take, so a refusal there is the GPU's and not float32's; float32 elsewhere."""
+    device = torch.device(device)
+    return amp_dtype(device) if device.type == "cuda" else torch.float32
+
+
+def backends(q, k, v, attn_mask=None) -> dict[str, str]:
     """Each SDPA backend alone (torch.nn.attention.sdpa_kernel): 'runs', or why it does not,
-    on these inputs; and 'default': the kernel SDPA picks when free to choose."""
+    on these inputs, causal (`is_causal=True`) or, given `attn_mask`, with that mask; and
+    'default': the kernel SDPA picks when free to choose."""
     import warnings
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def attend():
+        if attn_mask is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
 
     out = {}
     for backend in (
@@ -95,27 +117,39 @@ def backends(q, k, v) -> dict[str, str]:
         try:  # a refused backend also warns why; the table says it
             with sdpa_kernel([backend]), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                attend()
             out[backend.name] = "runs"
         except RuntimeError as exc:
             out[backend.name] = f"not here ({str(exc).strip().splitlines()[0][:60]})"
-    ran = kernels_run(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    ran = kernels_run(attend)
     out["default"] = next((n for n in ran if n != "scaled_dot_product_attention"), "?")
     return out
 
 
 def flex_support(device: torch.device) -> tuple[bool, str]:
-    """(whether FlexAttention runs fused here, why not). flex_attention is fused only under
+    """(whether FlexAttention trains fused here, why not). flex_attention is fused only under
     torch.compile; on a GPU that needs Triton. Without compile it falls back to an unfused
-    implementation that builds the whole score matrix (its own warning says so)."""
+    implementation that builds the whole score matrix (its own warning says so). On a CPU,
+    torch 2.14's flex_attention refuses inputs that require grad, eager or compiled
+    (torch/nn/attention/flex_attention.py, _validate_device: "FlexAttention does not support
+    backward on CPU"), and TorchInductor's CPU template is inference-only
+    (torch/_inductor/kernel/flex/flex_cpu.py: "torch.compile on CPU only supports
+    inference"): it cannot train there."""
     try:
         from torch.nn.attention.flex_attention import create_block_mask  # noqa: F401
     except ImportError:
         return False, f"torch {torch.__version__} has no torch.nn.attention.flex_attention (2.5+)"
+    if device.type == "cpu":
+        return False, (
+            f"on a CPU, torch {torch.__version__.split('+')[0]}'s FlexAttention runs forward "
+            "only (no backward, eager or compiled; TorchInductor compiles it for inference), "
+            "so it cannot train here: fused training needs a GPU. The explicit boolean mask "
+            "is used instead"
+        )
     if device.type != "cuda":
         return False, (
-            f"on a {device.type} FlexAttention runs fused only when compiled by TorchInductor "
-            "(section 4 times such a compile); the explicit boolean mask is used instead"
+            f"on {device.type} FlexAttention is not measured by the course; the explicit "
+            "boolean mask is used instead"
         )
     from .compiling import can_compile
 

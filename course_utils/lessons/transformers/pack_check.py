@@ -15,6 +15,7 @@ from ...device import get_device
 from ...measure import compare, steady_cpu
 from ...mode import pick
 from ...probes import observe, specimen_rng
+from . import layout as reading
 from . import packing
 from .probes import BATCH_FIELDS, batches_made
 from .text import Batch, pad_batches
@@ -64,16 +65,16 @@ OTHER_SIZES = ((packing.OTHER_ROWS, packing.OTHER_ROW_LEN), (5, 112), (4, 120), 
 
 def _read(
     make_batches, docs, rows: int, row_len: int, short_only: bool
-) -> tuple[list, packing.Layout, list[str]]:
+) -> tuple[list, reading.Layout, dict[str, list[str]]]:
     """The learner's batches for these documents and sizes (made in the learner's kernel,
-    returned as tensors), what they hold, what is missing."""
+    returned as tensors), what they hold, and what is wrong, by kind (layout.diagnose)."""
     made = observe(batches_made, make_batches, rows, row_len, short_only)
     batches = [Batch(*(fields[name] for name in BATCH_FIELDS)) for fields in made]
-    layout = packing.read_layout(batches)
-    return batches, layout, packing.coverage(layout, docs)
+    layout = reading.read_layout(batches)
+    return batches, layout, reading.diagnose(layout, docs)
 
 
-def _size(layout: packing.Layout, rows: int, row_len: int, first: bool) -> str | None:
+def _size(layout: reading.Layout, rows: int, row_len: int, first: bool) -> str | None:
     """What is too big in one call, or None."""
     if layout.max_rows <= rows and layout.max_len <= row_len:
         return None
@@ -88,15 +89,21 @@ def _size(layout: packing.Layout, rows: int, row_len: int, first: bool) -> str |
 
 @check("12-packing", points=3, hint=HINT)
 def check_packing(make_batches):
+    """# CHANGED in issue 34: every message reviewed against what confirms it (layout.py).
+    What a piece of a row sees (positions, doc_ids) is told only where the piece is a whole
+    document; a row whose targets chain through documents is read as those documents, each
+    crossing into the next; a break in the chain that nothing marks is told as such only
+    where no document explains it; a batch off the `Batch` contract (shape, dtype) or holding
+    values the model cannot take is named by its field. The exercise is the same."""
     sizes = specimen_rng().choice(OTHER_SIZES)
     docs, other = packing.check_docs(), packing.other_docs(sizes[1])
     rows, row_len = packing.ROWS, packing.ROW_LEN
-    batches, layout, missing = _read(make_batches, docs, rows, row_len, False)
-    _, again, missing_again = _read(make_batches, other, *sizes, True)
+    batches, layout, wrong = _read(make_batches, docs, rows, row_len, False)
+    _, again, wrong_again = _read(make_batches, other, *sizes, True)
     said = f"called with rows={sizes[0]}, row_len={sizes[1]}: "
 
     def found(kind: str) -> list[str]:
-        return layout.problems.get(kind, []) + [said + p for p in again.problems.get(kind, [])]
+        return wrong[kind] + [said + p for p in wrong_again[kind]]
 
     too_big = [
         m
@@ -106,7 +113,7 @@ def check_packing(make_batches):
     parts = [
         _listed(
             "every document once, whole",
-            found("targets") + missing + [said + m for m in missing_again],
+            found("targets"),
             f"all {len(docs)} documents reach the model once, each token with its own target "
             f"(and the {len(other)} short ones with other rows and row_len)",
         ),
@@ -137,7 +144,12 @@ def check_packing(make_batches):
             ok,
             f"summed loss {mine:.6g} over {n} targets; each document alone {want:.6g} over "
             f"{n_want} (relative difference {rel:.2g})"
-            + ("" if ok else ": some token sees something it would not see in its own document"),
+            + (
+                ""
+                if ok
+                else ": the loss differs from each document trained alone, though the parts "
+                "above read every document whole, positions from 0 and attention inside it"
+            ),
             value=rel,
             threshold=THRESHOLDS["loss_rtol"].value,
             better="lower",

@@ -112,16 +112,19 @@ def batches_made(make_batches, rows: int, row_len: int, short_only: bool) -> lis
 
 
 def _kept(block) -> dict:
-    """What the block's `last_rms` holds now, as data: its type's name, the value where it is
-    a tensor (a copy: a buffer written in place by the next call changes) or a number, and
-    whether it requires grad."""
+    """What the block's `last_rms` holds now, as data: its type's name ("NoneType" where there
+    is none), the value where it is a tensor (a copy: a buffer written in place by the next
+    call changes) or a number, a tensor's shape, whether it requires grad, and whether it
+    holds an autograd graph (a grad_fn: the step's activations stay alive with it)."""
     kept = getattr(block, "last_rms", None)
     tensor = isinstance(kept, torch.Tensor)
     value = kept.detach().clone() if tensor else kept if isinstance(kept, int | float) else None
     return {
         "type": type(kept).__name__,
         "value": value,
+        "shape": list(kept.shape) if tensor else None,
         "requires_grad": tensor and kept.requires_grad,
+        "graph": tensor and kept.grad_fn is not None,
     }
 
 

@@ -1,6 +1,6 @@
-"""Lesson 02's probes for exercises 5 and 6: the learner's LARS trains lars_specimen's tensors
-(02-trust-ratio), and the learner's rule chooses an optimizer from races built from plain
-numbers (02-optimizer-choice). Each runs beside the learner's code and returns data
+"""Lesson 02b's probes for exercises 2 and 3: the learner's LARS trains lars_specimen's tensors
+(02b-trust-ratio), and the learner's rule chooses an optimizer from races built from plain
+numbers (02b-optimizer-choice). Each runs beside the learner's code and returns data
 (course_utils.probes); the checks (lars_check.py, lars_choice.py) compute what it must be."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from ...probes import probe
 from . import lars_specimen as spec
 from .lars_demo import Race
 
-# --- 02-trust-ratio ----------------------------------------------------------------------------
+# --- 02b-trust-ratio ---------------------------------------------------------------------------
 
 
 def run_lars(optimizer_class, defaults: dict = spec.DEFAULTS) -> list[list[torch.Tensor]]:
@@ -40,7 +40,7 @@ def lars_updates(optimizer_class, defaults: dict) -> list[list[torch.Tensor]]:
     return run_lars(optimizer_class, dict(defaults))
 
 
-# --- 02-optimizer-choice -------------------------------------------------------------------------
+# --- 02b-optimizer-choice ------------------------------------------------------------------------
 
 ADAMW = "AdamW, linear scaling + warm-up"
 LARS = "LARS (SGD momentum + trust ratio)"

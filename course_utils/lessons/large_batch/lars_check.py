@@ -1,4 +1,4 @@
-"""Check 02-trust-ratio: the learner's LARS optimizer trains the specimen of lars_specimen for
+"""Check 02b-trust-ratio: the learner's LARS optimizer trains the specimen of lars_specimen for
 a few steps, the LR changed between steps as warm-up changes it, and every layer's weights are
 compared with LARS's after every step. A mistake is named only when LARS with that mistake
 reproduces all of the learner's updates; settings read from the optimizer's defaults only when
@@ -42,13 +42,17 @@ def read_from_defaults(optimizer_class, got) -> frozenset[str]:
 
 
 @check(
-    "02-trust-ratio",
+    "02b-trust-ratio",
     points=3,
-    hint="Run print(lesson.lars_symptoms(LARS)) and read it against section 6's description of "
+    hint="Run print(lesson.lars_symptoms(LARS)) and read it against section 2's description of "
     "LARS, one kind of tensor at a time: weight matrices, 1-D tensors, tensors whose norm is "
     "0; and ask whether each step follows the LR the scheduler set (the check changes it).",
 )
 def check_trust_ratio(optimizer_class) -> list:
+    """# CHANGED in issue 34: the exercise (02b's exercise 2, 02-trust-ratio before) no longer
+    lists LARS's conventions above it, which named the colleague's faults one by one: it points
+    to timm's Lars and its parameter groups, and the list follows the check. The specimen,
+    the mistakes and the messages are the same."""
     got = observe(lars_updates, optimizer_class, dict(spec.DEFAULTS))
     want, start = spec.simulate(), spec.initial_weights()
     parts, first_bad = [], None
@@ -93,12 +97,12 @@ def _cause(got, from_defaults: frozenset[str]) -> str:
         if read:
             return (
                 f" (your step has {read}; other differences remain once that is replayed: "
-                "compare your step with section 6's description of LARS, one kind of tensor "
+                "compare your step with section 2's description of LARS, one kind of tensor "
                 "at a time)"
             )
         return (
             " (no single known mistake, nor any two, reproduces your updates: compare your step "
-            "with section 6's description of LARS, one kind of tensor at a time)"
+            "with section 2's description of LARS, one kind of tensor at a time)"
         )
     shared = frozenset.intersection(*found)
     named = [spec.MISTAKES[m] for m in sorted(shared)]

@@ -1,4 +1,4 @@
-"""Lesson 02, check 02-trust-ratio (tip 5, LARS): it passes a learner's LARS written as the
+"""Lesson 02b, check 02b-trust-ratio (tip 5, LARS): it passes a learner's LARS written as the
 notebook asks and two valid variants, fails half-understood ones naming the mistake only when
 the mistake reproduces the updates (settings read from the defaults when a probe confirms it),
 and refuses the reference answer, given or called."""
@@ -14,8 +14,8 @@ import torch
 from check_helpers import failure, status_of
 from judge_helpers import remote_verdict
 
-from course_utils.lessons import batch_size as lesson
-from course_utils.lessons.batch_size import colleagues, lars_check, lars_specimen, selftest
+from course_utils.lessons import large_batch as lesson
+from course_utils.lessons.large_batch import colleagues, lars_check, lars_specimen, selftest
 
 
 class LearnerLARS(torch.optim.Optimizer):
@@ -219,7 +219,7 @@ def test_trust_ratio_not_attempted_and_reference_refused_given_subclassed_or_cal
     for given in (lesson.ReferenceLARS, Borrowed, Calls):
         exc = failure(lesson.check_trust_ratio, given)
         assert exc.status == "failed" and "reference answer `ReferenceLARS`" in exc.summary
-    (selftest_answer,) = selftest.answers()["02-trust-ratio"]()
+    (selftest_answer,) = selftest.answers()["02b-trust-ratio"]()
     assert status_of(lesson.check_trust_ratio, selftest_answer) == "passed"
 
 
@@ -234,7 +234,7 @@ def test_every_mistake_of_the_specimen_shows_on_some_layer():
         ), m
 
 
-# --- exercise 5 starts from the colleague's LARS (lesson.ColleagueLARS) ------------------------
+# --- exercise 2 starts from the colleague's LARS (lesson.ColleagueLARS) ------------------------
 
 ADAPTED = "biases and BatchNorm parameters adapted"
 NO_GUARD = "no ratio 1 for a zero norm"
@@ -299,7 +299,7 @@ def test_trust_ratio_passes_the_colleagues_lars_with_every_fault_fixed():
 
 
 def test_the_symptoms_show_each_fault_of_the_colleague_and_none_of_lars():
-    """The table exercise 5 reads: under the colleague's LARS the two tensors that start at
+    """The table exercise 2 reads: under the colleague's LARS the two tensors that start at
     zero never move and the first step ignores the warm-up (a weight matrix moves by the full
     LR x eta x |w|); under LARS every tensor moves, weight matrices by about LR_1 x eta x |w|,
     1-D tensors by about LR_1 x |g|."""
@@ -326,14 +326,14 @@ def test_the_symptoms_show_each_fault_of_the_colleague_and_none_of_lars():
 RED_TEAM = Path(__file__).resolve().parent / "redteam"
 # the reference as `course selftest` gives it (the check refuses ReferenceLARS itself), by a
 # name remote_verdict's child can import
-SELFTEST_LARS = selftest.answers()["02-trust-ratio"]()[0]
+SELFTEST_LARS = selftest.answers()["02b-trust-ratio"]()[0]
 
 
 def test_judged_remotely_the_reference_passes(monkeypatch):
     """The learner's optimizer trains the specimen in a probe; the weights it sends are enough
     for the judge to decide: the reference passes with its side in another process."""
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent))
-    verdict = remote_verdict("02-trust-ratio", "test_lesson_02_trust_ratio:SELFTEST_LARS")
+    verdict = remote_verdict("02b-trust-ratio", "test_lesson_02b_trust_ratio:SELFTEST_LARS")
     assert verdict["status"] == "passed", verdict["message"]
 
 
@@ -344,6 +344,6 @@ def test_judged_remotely_a_wrong_answer_fails_as_in_a_notebook(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(RED_TEAM), str(RED_TEAM.parent)]))
     wrong = importlib.import_module("test_02_v4_blind").WrongNoGuard
     here = failure(lesson.check_trust_ratio, wrong)
-    there = remote_verdict("02-trust-ratio", "test_02_v4_blind:WrongNoGuard")
+    there = remote_verdict("02b-trust-ratio", "test_02_v4_blind:WrongNoGuard")
     assert here.status == there["status"] == "failed", there["message"]
     assert there["message"] == here.summary

@@ -1,4 +1,4 @@
-"""Check 02-lr-scaling: the learner's scheduler drives an optimizer with two param groups (each
+"""Check 02b-lr-scaling: the learner's scheduler drives an optimizer with two param groups (each
 its own initial LR) for several batches and warm-ups, and every step's LR of every group is
 compared with Goyal et al.'s two rules. A fault is named only when the rules with that fault
 reproduce every LR of the group in every case and no other variant with as few faults does:
@@ -253,15 +253,15 @@ def _measured(got: list[float], want: list[float], warmup: int) -> str:
     return (
         " (no known fault, nor a combination of them, reproduces your LRs in every case: "
         + "; ".join(said)
-        + "; compare with section 5's two rules)"
+        + "; compare with section 1's two rules)"
     )
 
 
 @check(
-    "02-lr-scaling",
+    "02b-lr-scaling",
     points=2,
     hint="Print lesson.lr_per_step(your_schedule, (0.1, 0.02), b, 10, 14) (two param groups) for "
-    "a few batches and read it against section 5's two rules: the LR at step 0, the peak for a "
+    "a few batches and read it against section 1's two rules: the LR at step 0, the peak for a "
     "batch that is not a whole number of base batches, the step at which the peak is first "
     "reached, and every param group.",
     in_kernel="the LR of each param group at each step is read off the optimizer that the "

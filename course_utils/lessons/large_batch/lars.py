@@ -2,8 +2,9 @@
 on SGD with momentum, and LAMB (You et al. 2019, arXiv:1904.00962) on Adam's moments. PyTorch
 has neither; timm has both, and the course does not depend on it for two short classes.
 
-Convention (stated in notebook 02, section 6): tensors with more than one dimension (conv and
-linear weights) are adapted; one-dimensional ones (biases, BatchNorm's weight and bias) get
+Convention (stated in notebook 02b after exercise 2's check; before it, the notebook points to
+timm's Lars and LAMB's BERT recipe): tensors with more than one dimension (conv and linear
+weights) are adapted; one-dimensional ones (biases, BatchNorm's weight and bias) get
 neither the trust ratio nor weight decay, as in LAMB's BERT recipe and Lightning Bolts' LARS.
 A layer whose weight norm or update norm is zero gets trust ratio 1 (timm's rule)."""
 
@@ -37,7 +38,7 @@ def trust_ratio(
 
 def layer_ratio(weight: torch.Tensor, update: torch.Tensor):
     """LAMB's layer-wise ratio |w| / |u|, and 1 where either norm is zero (timm's rule). LARS's
-    ratio, with its trust coefficient and weight decay in the denominator, is exercise 5's to
+    ratio, with its trust coefficient and weight decay in the denominator, is exercise 2's to
     write: `trust_ratio` is withheld from the grading kernel (ANSWERS_ELSEWHERE)."""
     w, u = weight.norm(), update.norm()
     ratio = w / u.clamp_min(torch.finfo(w.dtype).tiny)
@@ -68,7 +69,7 @@ class ReferenceLARS(_Reference):
     """You et al. 2017, algorithm 1: d = g + wd w; local LR = eta |w| / (|g| + wd |w|);
     v = momentum v + local LR * d; w -= lr v, the LR outside the buffer as torch.optim.SGD
     has it (the paper puts it inside, which differs once a scheduler changes the LR).
-    Verified by check 02-trust-ratio (its tests)."""
+    Verified by check 02b-trust-ratio (its tests)."""
 
     def __init__(self, params, lr, momentum=0.9, weight_decay=0.0, trust_coef=0.001, eps=1e-8):
         defaults = dict(

@@ -1,4 +1,4 @@
-"""Check 02-optimizer-choice: the learner's rule for choosing an optimizer from a large-batch
+"""Check 02b-optimizer-choice: the learner's rule for choosing an optimizer from a large-batch
 race (lars_demo.Race results) decides races whose right answer each plausible shortcut misses:
 a win smaller than the run's own noise, one smaller than AdamW's noise only, one equal to the
 noise, a baseline that never reached the target, a race nobody finished, a winner whose best
@@ -79,9 +79,9 @@ def _decisions(k: int = 1) -> dict[str, tuple[str | None, str]]:
 
 
 @check(
-    "02-optimizer-choice",
+    "02b-optimizer-choice",
     points=2,
-    hint="Reread section 6's race: what is raced, which runs have a step count at all, and "
+    hint="Reread section 2's race: what is raced, which runs have a step count at all, and "
     "how large a gap must be before it is evidence rather than noise.",
 )
 def check_optimizer_choice(choose_optimizer) -> list:

@@ -1,4 +1,4 @@
-"""The specimen check 02-trust-ratio trains, and LARS with each plausible mistake, so that the
+"""The specimen check 02b-trust-ratio trains, and LARS with each plausible mistake, so that the
 check can name a mistake only when that mistake reproduces the learner's updates.
 
 Each layer of the specimen hides no mistake another layer shows: weight norms far from 1 (40
