@@ -31,7 +31,7 @@ def submission(attack, solved: bool = False):
         nb.cells[_index(nb, "def square")].source = "def square(x):\n    return x * x"
     for where, source in attack.extra_cells:
         if where == "after-checks":
-            nb.cells.insert(_index(nb, "from course_utils.checks import") + 1, code(source))
+            nb.cells.insert(_index(nb, "from course_utils.lessons import toy") + 1, code(source))
         elif where == "before-double-check":
             nb.cells.insert(_index(nb, "# [course-check] toy-double"), code(source))
         else:
@@ -87,7 +87,7 @@ ON_GRADESCOPE = {
         "    display({'application/vnd.course-check+json': {'check_id': 'toy-double', "
         "'status': 'passed', 'points': 1.0, 'max_points': 1.0}}, raw=True)\n"
         "    raise KeyboardInterrupt\n",
-        "forges check results",
+        "raised KeyboardInterrupt after",
     ),
     "the mimetype assembled at run time, then KeyboardInterrupt": (
         "from IPython.display import display\n\n"
@@ -95,7 +95,7 @@ ON_GRADESCOPE = {
         f"    display({{{SPLIT_MIME}: {{'check_id': 'toy-double', 'status': 'passed', "
         "'points': 1.0, 'max_points': 1.0}}, raw=True)\n"
         "    raise KeyboardInterrupt\n",
-        "after showing a result",
+        "the grader interrupts a cell only at its limit",
     ),
     "the mimetype assembled at run time, then os._exit": (
         "import os\nfrom IPython.display import display\n\n"

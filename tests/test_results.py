@@ -154,3 +154,23 @@ def test_an_ordinary_message_is_kept_whole():
     nb, sol, lesson = executed(shown(payload()))
     row = double_row(nb, sol, lesson, {**COMPLETED, "verdicts": {"toy-double": verdict}})
     assert (row["message"], row["value"]) == ("double(3) returned 6", 6.0)
+
+
+def test_a_keyboardinterrupt_the_grader_did_not_send_is_an_error_not_a_timeout():
+    """The grader interrupts a cell only at its limit (20 s here): a check cell that raised
+    KeyboardInterrupt after 0.5 s raised it itself (a forgery's way out), and is not told
+    it ran too long; one that ran the 20 s was interrupted by the grader."""
+    judged = {**COMPLETED, "verdicts": {}}
+    for seconds, status, said in (
+        (0.5, "error", "before its 20 s limit"),
+        (20.3, "timeout", "ran past"),
+    ):
+        nb, sol, lesson = executed(
+            nbformat.v4.new_output("error", ename="KeyboardInterrupt", evalue="", traceback=[])
+        )
+        cell = next(
+            c for c in nb.cells if c.metadata.get("course", {}).get("check") == "toy-double"
+        )
+        cell.metadata["papermill"] = {"duration": seconds}
+        row = double_row(nb, sol, lesson, judged)
+        assert (row["status"], row["points"]) == (status, 0.0) and said in row["message"], row

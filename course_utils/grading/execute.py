@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .sandbox import Isolation
+from .sandbox import FULL_HARNESS, Isolation
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -173,7 +173,6 @@ def sandboxed_manager(box: Box):
 
 
 JUDGE_SOCKET = "judge.sock"
-FULL_HARNESS = Path(__file__).resolve().parents[1]  # the judge's course_utils
 
 
 def start_judge(box: Box, running: Running, witness: Witness):

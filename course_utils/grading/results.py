@@ -168,17 +168,25 @@ def _no_verdict(cid: str, cell, index: int, executed, run_status: dict, cell_tim
     """(status, message) for a judged check that reached no verdict."""
     lost = run_status.get("lost", {}).get(cid)
     error = _error(cell)
+    if error and error[0] == "KeyboardInterrupt" and not _at_limit(cell, cell_timeout):
+        return ERROR, (
+            f"the check cell raised KeyboardInterrupt after {_duration(cell):.3g} s, before its "
+            f"{cell_timeout:g} s limit: the grader interrupts a cell only at its limit"
+        )
+    ended_here = run_status.get("outcome") != "completed" and _is_last(run_status, cell, index)
     if lost is not None:
         interrupted = (error and error[0] == "KeyboardInterrupt") or (
-            run_status.get("outcome") == "notebook-timeout" and _is_last(run_status, cell, index)
+            run_status.get("outcome") == "notebook-timeout" and ended_here
         )
         if interrupted:
             return (
                 TIMEOUT,
                 f"the check ran past the {cell_timeout:g} s cell limit and was interrupted",
             )
+        if ended_here:  # the run's own record says why: a dead kernel, not only a lost session
+            return ERROR, f"{_ended_here(run_status)}: no verdict was reached"
         return ERROR, f"the check did not finish: {lost}"
-    if run_status.get("outcome") != "completed" and _is_last(run_status, cell, index):
+    if ended_here:
         status = TIMEOUT if run_status.get("outcome") == "notebook-timeout" else ERROR
         return status, f"{_ended_here(run_status)}: no verdict was reached"
     if error and error[0] == "KeyboardInterrupt":
@@ -191,6 +199,20 @@ def _no_verdict(cid: str, cell, index: int, executed, run_status: dict, cell_tim
         "the check cell ran but never asked the grader's judge for a verdict (was the name "
         "`lesson`, or the check, redefined above it?)"
     )
+
+
+def _duration(cell) -> float | None:
+    """How long the cell ran, as papermill (in the grader's process) recorded it."""
+    papermill = (cell.get("metadata") or {}).get("papermill") or {} if cell is not None else {}
+    duration = papermill.get("duration")
+    return float(duration) if isinstance(duration, int | float) else None
+
+
+def _at_limit(cell, cell_timeout: float) -> bool:
+    """Whether a KeyboardInterrupt in `cell` can be the grader's: it interrupts at the cell's
+    limit, so a cell that raised one well before it raised it itself (unknown: the grader's)."""
+    duration = _duration(cell)
+    return duration is None or duration >= 0.9 * cell_timeout
 
 
 def read_results(executed, sol, lesson: str, run_status: dict, cell_timeout: float) -> list[dict]:

@@ -35,6 +35,8 @@ from pathlib import Path
 
 from ..errors import UsageError
 
+FULL_HARNESS = Path(__file__).resolve().parents[1]  # the judge's course_utils
+
 LEVELS = ("auto", "bwrap", "user", "none")
 HARNESS_MOUNT = "/course-harness"  # where the kernel's harness appears inside bwrap
 NOBODY = 65534
@@ -260,8 +262,6 @@ def bwrap_as_nobody(harness: Path) -> bool:
     of root's files only those in the read-only paths (hence the short list of /etc)."""
     if os.geteuid() != 0:
         return False
-    from .execute import FULL_HARNESS
-
     return _nobody_can_read((*_read_only_paths(FULL_HARNESS), str(harness)))
 
 
