@@ -311,7 +311,7 @@ TECHNIQUES = (
         effect="FSDP2 sharding",
     ),
     Technique(
-        "reading the profiler's timeline",
+        "reading the profiler timeline",
         None,
         "14_timeline_compile",
         "profile(schedule=schedule(wait=1, warmup=1, active=3), on_trace_ready=...); prof.step()",
