@@ -5,8 +5,7 @@ deadline that kills every process, one retry of a failed rendezvous, the failing
 stderr). A lesson that measures on several processes needs from a launch only its exit code,
 its output and the result rank 0 writes: `start("course_utils.lessons.x.worker", "task",
 [...])` runs `python -m <module> task ... --out R.json` on every rank, `finish()` reads R.json.
-Lesson 16 launches through this; lesson 13 keeps its own copy of the same few lines
-(course_utils/lessons/fsdp/launch.py), which could move here.
+Lessons 13 and 16 launch through this (lesson 13 by course_utils/lessons/fsdp/launch.py).
 """
 
 from __future__ import annotations
