@@ -15,7 +15,7 @@ import pytest
 
 from course_utils.checks import LEGACY
 from course_utils.grading import kernel_harness
-from course_utils.release import is_answer
+from course_utils.withholding import is_answer
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ from course_utils.lessons import capstone as lesson
 from course_utils.lessons.capstone import ablate as ablation_mod
 from course_utils.lessons.capstone import checks as capstone_checks
 from course_utils.lessons.capstone import recipe as recipe_mod
+from course_utils.lessons.capstone import runs as runs_mod
 from course_utils.lessons.capstone import splits, watch
 
 pytestmark = pytest.mark.timeout(600)
@@ -259,7 +260,7 @@ def test_a_timing_run_is_projected_from_the_median_step_and_spread_over_its_segm
     trained = fake_trained(0.5)
     assert trained.projected(100, "cpu") == pytest.approx(1.0 + 100 * 0.5)
     tuned = lesson.tuned_recipe()
-    run = recipe_mod.as_run(tuned, trained, 10 * tuned.batch_size, "cpu")
+    run = runs_mod.as_run(tuned, trained, 10 * tuned.batch_size, "cpu")
     steps = tuned.epochs * 10
     assert run.timed_steps == 8 and run.accuracy is None
     assert run.seconds_range == pytest.approx((1.0 + steps * 0.45, 1.0 + steps * 0.55))

@@ -23,7 +23,7 @@ import nbformat
 import pytest
 from check_helpers import status_of
 
-from course_utils import cli, learner_run
+from course_utils import cli, learner_run, withholding
 from course_utils import release as release_mod
 from course_utils.answers import is_withheld, learner_or_reference, withheld
 from course_utils.authoring import check_code, check_id_of, code, new_notebook, read, write
@@ -140,7 +140,7 @@ def test_the_edition_withholds_every_lessons_answers_under_other_names(edition):
     """Issue 33: a wrapper around `habits/loop.variant_train` earned 10-fast-train's points in
     the edition. Every ANSWERS_ELSEWHERE entry is withheld there, but an instrument another
     lesson measures with outside a demo, which the summary names."""
-    elsewhere = release_mod.every_answer_elsewhere()
+    elsewhere = withholding.every_answer_elsewhere()
     entries = {e for es in elsewhere.values() for e in es}
     assert "course_utils.lessons.habits.loop:variant_train" in entries
     withheld = {f"{m}:{n}" for m, ns in edition.withheld.items() for n in ns}

@@ -26,7 +26,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..release import PACKAGE, answers_elsewhere, by_module, copy_package, withhold
+from ..release import copy_package
+from ..withholding import PACKAGE, answers_elsewhere, by_module, withhold
 
 STUB_BODY = "raise RuntimeError('decided by the judge: see course_utils.judged')"
 
@@ -50,7 +51,7 @@ def _check_id(node: ast.FunctionDef) -> str | None:
 def strip_check_bodies(source: str, keep: frozenset[str] = frozenset()) -> str:
     """`source` with the body of every @check function replaced by a stub (but the checks whose
     id is in `keep`), and the private helpers only those bodies used removed."""
-    from ..release import _orphans
+    from ..withholding import _orphans
 
     tree = ast.parse(source)
     checks = [n for n in tree.body if _is_check(n) and _check_id(n) not in keep]

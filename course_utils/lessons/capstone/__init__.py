@@ -13,7 +13,6 @@ from .checks import PAIRS, THRESHOLDS, check_speedrun, pairs, time_threshold
 from .demo import baseline_loop, compare_airbench, mode_note, tuned_loop
 from .recipe import (
     Recipe,
-    Run,
     Trained,
     baseline,
     decode_all,
@@ -21,10 +20,10 @@ from .recipe import (
     fit,
     grad_scaler,
     target,
-    train_recipe,
     tuned_recipe,
 )
 from .reference import reference_speedrun
+from .runs import Run, train_recipe
 from .splits import held_out_accuracy, training_set
 
 __all__ = [
@@ -81,5 +80,5 @@ def __getattr__(name: str):
 ANSWERS_ELSEWHERE = (
     "course_utils.lessons.capstone.recipe:fit",
     "course_utils.lessons.capstone.recipe:training",
-    "course_utils.lessons.capstone.recipe:train_recipe",
+    "course_utils.lessons.capstone.runs:train_recipe",
 )

@@ -14,9 +14,10 @@ from ...measure import steady_cpu
 from ...mode import pick
 from ...progress import tqdm
 from .data_path import decode_timed
-from .recipe import Recipe, Run, as_run, training, tuned_recipe
+from .recipe import Recipe, training, tuned_recipe
 from .recipe import baseline as _baseline
 from .recipe import target as _target
+from .runs import Run, as_run
 from .splits import training_set
 
 # Recipe field -> the baseline's choice there, and the lesson whose technique it undoes.

@@ -12,16 +12,15 @@ from torch.utils.data import Dataset
 from ...device import get_device, synchronize
 from ...mode import is_quick
 from .recipe import (
-    Run,
     baseline,
     decode_all,
     device_batches,
     make_model,
     make_optimizer,
     newcomer_loader,
-    train_recipe,
     tuned_recipe,
 )
+from .runs import Run, train_recipe
 from .splits import training_set
 
 

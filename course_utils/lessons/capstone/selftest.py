@@ -7,7 +7,8 @@ from __future__ import annotations
 from ...effects import effect
 from ...selftest.estimate import Cost, NotebookCost
 from . import reference as ref
-from .recipe import baseline, train_recipe, tuned_recipe
+from .recipe import baseline, tuned_recipe
+from .runs import train_recipe
 from .splits import training_set
 
 # FLOPs by FlopCounterMode: one training step (forward + backward) of ResNet-9(64) at batch

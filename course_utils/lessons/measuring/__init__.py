@@ -5,7 +5,6 @@ checks (the graded checks and their thresholds)."""
 from .checks import (
     THRESHOLDS,
     check_activation_bytes,
-    check_step_timer,
     check_train_flops,
 )
 from .demo import (
@@ -25,6 +24,7 @@ from .reference import (
     reference_train_flops,
 )
 from .slowest_op import check_slowest_op
+from .timer_check import check_step_timer
 
 __all__ = [
     "THRESHOLDS",
