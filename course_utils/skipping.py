@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 
 from .errors import ReferenceWithheld
+from .parsing import parse
 
 SKIPPED = "skipped: "  # how each line the handler prints starts, after its "("
 _skipped: set[str] = set()  # names that stopped cells would have bound
@@ -79,7 +80,7 @@ def bound_names(source: str) -> set[str]:
     except ImportError:  # pragma: no cover - the kernel runs IPython
         pass
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError:
         return set()
     bound: set[str] = set()

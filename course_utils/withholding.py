@@ -11,6 +11,8 @@ import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from .parsing import parse
+
 PACKAGE = Path(__file__).resolve().parent
 KEPT = frozenset({"ReferenceLAMB"})  # notebook 02b's comparison optimizer, not an exercise's answer
 ANSWERS_UNPREFIXED = frozenset({"exact_break_even"})  # answers not named reference_*
@@ -23,7 +25,7 @@ def answers_elsewhere(lesson_package: str, package: Path = PACKAGE) -> list[str]
     init = package / "lessons" / lesson_package / "__init__.py"
     if not init.exists():
         return []
-    for node in ast.parse(init.read_text(encoding="utf-8")).body:
+    for node in parse(init.read_text(encoding="utf-8")).body:
         targets = node.targets if isinstance(node, ast.Assign) else []
         if isinstance(node, ast.AnnAssign) and node.value is not None:
             targets = [node.target]  # ANSWERS_ELSEWHERE: tuple[str, ...] = (...)
@@ -61,7 +63,7 @@ def withhold(
     replaced by `name = withheld("name")` (with `why`, when given, as the placeholder's
     reason), and the private helpers only those answers used removed; returns it and the
     names withheld."""
-    tree = ast.parse(source)
+    tree = parse(source)
     lines = source.splitlines(keepends=True)
     answers = [
         n

@@ -15,6 +15,8 @@ from __future__ import annotations
 import ast
 import re
 
+from ..parsing import parse
+
 DEMO_TAG = "demo"
 SKIPPED = "# [course-grade] demo cell skipped by `course grade --checks-only`; it runs in your own notebook"
 _MAGIC_NAME = re.compile(r"[{$]([A-Za-z_]\w*)")
@@ -43,7 +45,7 @@ def names(source: str) -> tuple[set[str], set[str]]:
     """(names the cell binds or mutates, names it reads). A cell that does not parse runs
     nothing (the kernel raises SyntaxError before any of it runs), so it reads nothing."""
     try:
-        tree = ast.parse(_python(source))
+        tree = parse(_python(source))
     except SyntaxError:
         return set(), set()
     writes: set[str] = set()

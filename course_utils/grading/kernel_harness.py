@@ -24,8 +24,10 @@ import os
 import py_compile
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 
+from ..parsing import parse
 from ..release import copy_package
 from ..withholding import PACKAGE, answers_elsewhere, by_module, withhold
 
@@ -53,7 +55,7 @@ def strip_check_bodies(source: str, keep: frozenset[str] = frozenset()) -> str:
     id is in `keep`), and the private helpers only those bodies used removed."""
     from ..withholding import _orphans
 
-    tree = ast.parse(source)
+    tree = parse(source)
     checks = [n for n in tree.body if _is_check(n) and _check_id(n) not in keep]
     if not checks:
         return source
@@ -64,7 +66,7 @@ def strip_check_bodies(source: str, keep: frozenset[str] = frozenset()) -> str:
         indent = " " * node.body[0].col_offset
         spans[first, last] = f"{indent}{STUB_BODY}\n"
     stubbed = _replace(lines, spans)
-    tree = ast.parse(stubbed)
+    tree = parse(stubbed)
     orphans = _orphans(tree, set())
     if not orphans:
         return stubbed
@@ -119,10 +121,21 @@ def build(lesson_package: str | None, out: Path, package: Path = PACKAGE) -> Pat
     return out
 
 
-@functools.cache
+# One build at a time: grading with --jobs runs submissions in threads, and CPython 3.11's ast
+# module keeps its recursion depth per interpreter, not per thread, so two threads parsing at
+# once can fail with "SystemError: AST constructor recursion depth mismatch" (seen in CI).
+_BUILDING = threading.Lock()
+
+
 def for_lesson(lesson_package: str | None) -> Path:
     """The kernel's harness for a lesson, built once per process in a fresh temporary folder
     (removed when the process exits)."""
+    with _BUILDING:
+        return _built(lesson_package)
+
+
+@functools.cache
+def _built(lesson_package: str | None) -> Path:
     out = Path(tempfile.mkdtemp(prefix="course-kernel-harness-"))
     atexit.register(shutil.rmtree, out, ignore_errors=True)
     return build(lesson_package, out)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 
+from ..parsing import parse
 from ..protocol import MIME
 from .demos import _python
 
@@ -62,7 +63,7 @@ def findings(source: str, guarded: set[str]) -> list[str]:
             if name in line:
                 found.append(f"line {number} reaches into {what} ({name})")
     try:
-        tree = ast.parse(_python(source))
+        tree = parse(_python(source))
     except SyntaxError:
         return found
     guarded = guarded | _module_aliases(tree) | {"get_ipython", "sys"}
@@ -92,7 +93,7 @@ def findings(source: str, guarded: set[str]) -> list[str]:
 
 def _aliases(source: str) -> set[str]:
     try:
-        return _module_aliases(ast.parse(_python(source)))
+        return _module_aliases(parse(_python(source)))
     except SyntaxError:
         return set()
 
