@@ -148,11 +148,10 @@ def _innermost_range(traces):
     [
         (_longest_phase, {"run 1", "run 2"}, ""),
         (_top_operator, {"run 1", "run 2"}, ""),
-        (_no_min_over_ranks, {"run 4"}, "a collective returns on every rank once the last one"),
         (_innermost_range, {"run 2"}, "is a range inside the phase"),
         (lambda traces: {"kind": "host", "phase": "log", "rank": 0}, {"run 2", "run 3"}, ""),
     ],
-    ids=["longest-phase", "top-operator", "waiting-rank", "innermost-range", "always-host"],
+    ids=["longest-phase", "top-operator", "innermost-range", "always-host"],
 )
 def test_find_stall_fails_the_half_understood_answers(answer, broken, cause):
     parts = parts_of(lesson.check_find_stall, answer)
@@ -160,6 +159,29 @@ def test_find_stall_fails_the_half_understood_answers(answer, broken, cause):
     assert broken <= names, [(p.name, p.message) for p in parts]
     if cause:
         assert any(cause in p.message for p in failed(parts)), [p.message for p in failed(parts)]
+
+
+def test_find_stall_fails_the_waiting_rank_whenever_a_reading_without_min_names_it():
+    """On the straggler run the waiting rank's all-reduce wait is about the late rank's stall
+    (it waits exactly that long, plus the all-reduce), so the largest number of the table names
+    the waiting rank in some recordings and the late rank in others: then it is right by chance.
+    Whenever it names the waiting rank, the part fails and says why."""
+    said = []
+
+    def answer(traces):
+        said.append((len(traces), _no_min_over_ranks(traces)))
+        return said[-1][1]
+
+    parts = parts_of(lesson.check_find_stall, answer)
+    run4 = next(p for p in parts if p.name.startswith("run 4"))
+    if "not decidable" in run4.message:
+        pytest.skip("this machine's load hid the straggler in every recording")
+    named = next(value for ranks, value in said if ranks == 2)  # run 4 is the first of two ranks
+    if named["kind"] == "communication":
+        assert run4.status == "failed", run4.message
+        assert "a collective returns on every rank once the last one" in run4.message
+    else:
+        assert run4.status == "passed", (named, run4.message)
 
 
 def test_find_stall_tells_an_answer_of_the_wrong_shape():
