@@ -59,8 +59,19 @@ def _resolve(value: Any, answers: list) -> Any:
     return value
 
 
+def _unchanged() -> None:
+    """Raise HarnessChanged if the notebook's code rebound the harness's instruments."""
+    from .integrity import HarnessChanged, changed
+
+    names = changed()
+    if names:
+        raise HarnessChanged(names)
+
+
 def serve(sock: socket.socket, answers: list) -> dict:
-    """Answer the judge's probes until it sends the verdict; return the verdict."""
+    """Answer the judge's probes until it sends the verdict; return the verdict. Before and
+    after each probe the harness is compared with its files (course_utils.integrity): a probe
+    whose instruments were rebound reports that instead of its readings."""
     from .probes import find_probe, raised
 
     while True:
@@ -72,10 +83,12 @@ def serve(sock: socket.socket, answers: list) -> dict:
         name = control.get("probe")
         args, kwargs = value if isinstance(value, tuple) and len(value) == 2 else ((), {})
         try:
+            _unchanged()
             fn = find_probe(str(name))
             call_args = tuple(_resolve(a, answers) for a in args)
             call_kwargs = {k: _resolve(v, answers) for k, v in kwargs.items()}
             result = fn(*call_args, **call_kwargs)
+            _unchanged()
             header, blob = wire.encode(result)  # fails here, not half-sent, if it cannot cross
         except Exception as exc:  # the learner's code (or what it returned) failed
             wire.send(sock, {"raised": raised(exc)})

@@ -107,7 +107,7 @@ def _judge(name: str, choice, budget: int, probe, effective: int = EFFECTIVE_BAT
 
 @check(
     "07-plan",
-    points=2,
+    points=1,  # the task spells out the search it asks for (docs/authoring.md: at most 1)
     hint="A plan keeps the effective batch, fits the budget as the probe measures it, and is "
     "the fastest that does: which configurations are candidates at all, and which do you "
     "have to ask the probe about? Reread section 3.",
