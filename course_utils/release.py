@@ -351,11 +351,20 @@ def _write(staging: Path, solutions: Path, install_url: str) -> ReleaseSummary:
             target = staging / path.relative_to(root)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
+    _ship_expected_values(staging / PACKAGE.name)
     (staging / "environment.yml").write_text(learner_environment(), encoding="utf-8")
     (staging / "README.md").write_text(README, encoding="utf-8")
     summary = ReleaseSummary(staging, sorted(texts), withheld, left_out, stopping, install_url)
     summary.shared = shared
     return summary
+
+
+def _ship_expected_values(package: Path) -> None:
+    """Values a self-check compares with where its reference is withheld (no code): 08's two
+    clipped steps on the notebook's specimen (lessons/clipping/expected.py)."""
+    from .lessons.clipping import checks, expected
+
+    expected.write_shipped(package, checks.STEP_SEEDS[0])
 
 
 def learner_environment(pyproject: Path = PACKAGE.parent / "pyproject.toml") -> str:

@@ -37,7 +37,7 @@ from course_utils.skipping import SKIPPED
 ROOT = Path(__file__).resolve().parents[1]
 ALL = os.environ.get("COURSE_TESTS") == "all"
 # 01: a cell that is not a demo stops (no range test yet) and the demos using its results
-# follow; 08: two checks graded by the instructor, and a demo stopped by each kind of verdict
+# follow; 08: a check graded by the instructor, and a demo stopped by each kind of verdict
 RUN_IN_CI = ("01_one_cycle", "08_gradient_clipping")
 NOTEBOOKS = sorted(p.stem for p in (ROOT / "solutions").glob("*.ipynb"))
 RUN = [n for n in NOTEBOOKS if ALL or n in RUN_IN_CI]
@@ -313,6 +313,44 @@ def test_run_all_goes_on_past_a_cell_that_needs_a_withheld_answer(edition):
 
 def _solution(cells: list) -> nbformat.NotebookNode:
     return new_notebook(cells, "toy.ipynb")
+
+
+SELF_CHECK_08 = """
+from torch import nn
+from course_utils.errors import CheckFailed
+from course_utils.lessons import clipping as lesson
+
+def clipped_step(model, loss_fn, x, y, optimizer, max_norm):
+    optimizer.zero_grad(set_to_none=True)
+    loss_fn(model(x), y).backward()
+    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    return norm
+
+def clipped_after_step(model, loss_fn, x, y, optimizer, max_norm):
+    optimizer.zero_grad(set_to_none=True)
+    loss_fn(model(x), y).backward()
+    optimizer.step()
+    return nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+
+for answer in (clipped_step, clipped_after_step):
+    try:
+        print("VERDICT", lesson.check_clipped_step(answer).status)
+    except CheckFailed as exc:
+        print("VERDICT", exc.status, exc.summary)
+"""
+
+
+def test_the_edition_self_checks_a_clipped_step_against_values_it_ships(edition):
+    """08-clipped-step has no reference in the edition: it compares with the two steps
+    `course release` computed with it (lessons/clipping/shipped_steps.py), values only."""
+    shipped = edition.out / "course_utils" / "lessons" / "clipping" / "shipped_steps.py"
+    assert "def " not in shipped.read_text()
+    run = _python(edition, SELF_CHECK_08)
+    assert run.returncode == 0, run.stderr[-3000:]
+    verdicts = [line for line in run.stdout.splitlines() if line.startswith("VERDICT")]
+    assert verdicts[0] == "VERDICT passed", run.stdout[-3000:]
+    assert verdicts[1].startswith("VERDICT failed") and "after optimizer.step()" in verdicts[1]
 
 
 def test_a_cell_that_runs_an_answer_must_be_a_demo():

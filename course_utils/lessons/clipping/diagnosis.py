@@ -59,6 +59,29 @@ def no_zero_grad(model, loss_fn, x, y, optimizer, max_norm):
     return norm
 
 
+def _clip_by(params, total: torch.Tensor, max_norm: float) -> None:
+    coef = max_norm / (float(total) + 1e-6)
+    if coef < 1:
+        for p in params:
+            p.grad.mul_(coef)
+
+
+def squared_norm(model, loss_fn, x, y, optimizer, max_norm):
+    params = _backward(model, loss_fn, x, y, optimizer)
+    norm = _total(params)
+    _clip_by(params, sum(p.grad.pow(2).sum() for p in params), max_norm)
+    optimizer.step()
+    return norm
+
+
+def sum_of_norms(model, loss_fn, x, y, optimizer, max_norm):
+    params = _backward(model, loss_fn, x, y, optimizer)
+    norm = _total(params)
+    _clip_by(params, sum(p.grad.norm() for p in params), max_norm)
+    optimizer.step()
+    return norm
+
+
 def always_rescaled(model, loss_fn, x, y, optimizer, max_norm):
     params = _backward(model, loss_fn, x, y, optimizer)
     norm = _total(params)
@@ -82,6 +105,17 @@ STEP_MISTAKES = {
         per_tensor,
         "you clipped each tensor's norm on its own; clip_grad_norm_ scales every gradient by "
         "one factor, from the norm of all of them together",
+    ),
+    "squared norm": (
+        squared_norm,
+        "you scaled the gradients by max_norm over the SUM OF SQUARES of the entries: the total "
+        "norm is its square root",
+    ),
+    "sum of norms": (
+        sum_of_norms,
+        "you scaled the gradients by max_norm over the sum of each tensor's norm: the total "
+        "norm is the 2-norm of all entries together, the square root of the summed squares "
+        "(what your function of exercise 1 returns)",
     ),
     "inf norm": (
         inf_norm,

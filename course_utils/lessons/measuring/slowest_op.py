@@ -17,11 +17,15 @@ from .checks import THRESHOLDS
 from .demo import HIDDEN_OP_SIZES, ONE_OFF_OP, hidden_op_steps, single_call_probe
 from .probes import slowest_op_named, slowest_op_on_single_call_step
 
-# the loop scenario is asked 4 times (each on sizes drawn afresh): its slowest single call is
-# an mm or the step's own range in most profiles, a cumsum hit by a scheduler stall in some
-# (1 of 8 at load 10), so a slowest-single-call answer passes all 4 asks (each with one retry)
-# with p ~ 0.003
-ASKS = {"600 cheap calls in a loop": 4}
+# each ask draws which candidate wins afresh (draw_sizes). The loop scenario is asked 4 times:
+# its slowest single call is an mm or the step's own range in most profiles, a cumsum hit by a
+# scheduler stall in some (1 of 8 at load 10), so a slowest-single-call answer passes all 4
+# asks (each with one retry) with p ~ 0.003. The others are asked twice: an answer that names
+# one operator per scenario from earlier feedback (the red team's a05) is right by chance in
+# half the asks, so it passes all 10 with p ~ 0.001 (with one ask each, 7: it earned the points
+# in 1 of 12 judged runs)
+ASKS = {"600 cheap calls in a loop": 4, "resizing inside the step": 2, "full sorts in the loss": 2,
+        "hard examples by argsort": 2}  # fmt: skip
 # the scenario whose step, as the learner gets it, pays a one-off cost in its first call: an
 # operator taking ONE_OFF_TIMES the whole step's time in that call (a wait: no CPU taken from others)
 ONE_OFF, ONE_OFF_TIMES = {"resizing inside the step"}, 3.0
