@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import os
 import zipfile
 
 import pytest
@@ -16,6 +17,16 @@ from course_utils.authoring import code, learner_copy, write
 from course_utils.grading import grade
 
 CELL_TIMEOUT = 10  # the two hangs wait this long; nothing honest here takes a second
+# CI grades one attack of each kind (an exit, a signal, an unkillable hang, a patched kernel,
+# a hook, a process left behind, a replay, a rewritten check, a value that equals anything):
+# 14 of 37 notebooks, to keep `.ci/run` within 30 minutes; COURSE_TESTS=all grades them all
+IN_CI = {
+    "forge-keyboardinterrupt", "forge-os-exit", "forge-sigkill-self", "forge-escape-from-eq",
+    "forge-cell-after-checks", "forge-then-unkillable-hang", "patch-session-send",
+    "post-run-hook-clear-and-forge", "bg-writer-rewrites-notebooks", "env-and-fd-outbox",
+    "kill-parent", "replay-captured-genuine", "swap-check-code", "always-equal-object",
+}  # fmt: skip
+GRADED = [a for a in ATTACKS if os.environ.get("COURSE_TESTS") == "all" or a.id in IN_CI]
 
 
 def _index(nb, prefix: str) -> int:
@@ -47,7 +58,7 @@ def verdicts(tmp_path_factory):
     write(toy_solution(), root / "solutions" / TOY)
     subs = root / "subs"
     subs.mkdir()
-    for attack in ATTACKS:
+    for attack in GRADED:
         write(submission(attack), subs / f"{attack.id}_{TOY}")
     for honest in VALID:
         write(submission(honest, solved=True), subs / f"{honest.id}_{TOY}")
@@ -64,7 +75,7 @@ def verdicts(tmp_path_factory):
     return {r["submission"].removesuffix(f"_{TOY}"): r for r in rows}
 
 
-@pytest.mark.parametrize("attack", ATTACKS, ids=[a.id for a in ATTACKS])
+@pytest.mark.parametrize("attack", GRADED, ids=[a.id for a in GRADED])
 def test_a_forgery_earns_nothing_and_says_what_was_seen(verdicts, attack):
     row = verdicts[attack.id]
     assert float(row["points"]) == 0 and row["status"] != "passed", (attack.idea, row)

@@ -590,16 +590,14 @@ ACCUM = in_ci(ACCUM, set())  # each case trains: seconds
 ACCUM = open_holes(
     ACCUM,
     {
-        "wrong-divided_by_micro_size": "fails with 'compare when your clip runs with when the "
-        "gradient is complete', but the clip runs once, after the last backward: the loss is "
-        "divided by the micro-batch's sample count (the norm 2.58 vs 10.31 is 1/4 of it)",
+        "wrong-divided_by_micro_size": "fails as 'differs from every usual mistake we "
+        "replayed', without naming the cause: the loss is divided by the micro-batch's sample "
+        "count (the norm 2.58 vs 10.31 is 1/4 of it)",
         "wrong-retensored_item": "torch.tensor(norm.item()) passes: the check reads the type "
         "returned, not whether the step read the norm on the host (the sync the exercise "
         "forbids)",
         "wrong-python_if_on_norm": "an `if norm > max_norm:` clip passes: a Python branch on a "
         "device tensor is a host-device sync per step, which the exercise forbids",
-        "wrong-hardcoded_four": "a loss divided by a typed-in 4 passes: every graded step "
-        "uses 4 micro-batches (the notebook's table uses 1, 2, 4 and 8)",
     },
 )
 
@@ -854,11 +852,6 @@ FUSE = in_ci(FUSE, set())  # a timed speed part per case
 FUSE = open_holes(
     FUSE,
     {
-        "wrong-train_forward_on_given": "names the train-mode forward on the given model, "
-        "but its small-variance part adds 'reread section 4's formula for the folded weights "
-        "and bias': the fold is right, the statistics it folded were moved by that forward",
-        "wrong-bn_kept": "says 'reread section 4's formula' on the small-variance model, "
-        "where the fold is right and the BN left after the fused conv runs a second time",
         "wrong-sibling_attributes": "fusing the ReLU->BN, sum->BN and BN->conv blocks' "
         "modules is reported only as 'largest change of the eval output: measured 0.034': no "
         "layer and no cause (its output goes elsewhere than the BN) named",

@@ -186,9 +186,6 @@ ATTENTION_HOLES = {
     "wrong-mask_per_head": "a right mask copied for every head (B, H, T, T) is told it 'holds "
     "memory on the scale of the T x T scores, as the hand-written one does': the values pass, "
     "so the cause is the mask's copy per head (hint 2), which the message does not name",
-    "wrong-first_row_mask": "one (T, T) mask built from row 0's doc_ids for every row is told "
-    "only 'differs from naive_attention by 2.9: it matches none of the mistakes the check "
-    "knows': the cause, the other rows attending by row 0's documents, is not named",
 }
 ATTENTION = open_holes(ATTENTION, ATTENTION_HOLES)
 ATTENTION = in_ci(ATTENTION, {"valid-bool_mask", "wrong-ignores_docs"})

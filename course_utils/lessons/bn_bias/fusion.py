@@ -170,22 +170,38 @@ def _small_variance_parts(fuse_for_inference, seed: int) -> list:
     return [output, left]
 
 
+LEFT_OUT = {  # what a fold can leave out of BatchNorm, how to replay it, and what to say
+    "eps": (
+        lambda bn: setattr(bn, "eps", 0.0),
+        "a = gamma / sqrt(running_var + eps), and with variances this small eps = 1e-5 matters",
+    ),
+    "the running mean": (
+        lambda bn: bn.running_mean.zero_(),
+        "the folded bias is beta + a * (b - running_mean)",
+    ),
+}
+
+
 def _eps_cause(model: nn.Module, x: torch.Tensor, got: torch.Tensor) -> str:
-    """Name eps only when the model with eps = 0 in some of its BNs reproduces the output."""
+    """Name what the fold left out only when the model with it left out of some of its BNs
+    (eps = 0, or the running mean 0) reproduces the output."""
     names = [n for n, m in model.named_modules() if isinstance(m, _BatchNorm)]
-    for k in range(1, 2 ** len(names)):
-        probe = copy.deepcopy(model).eval()
-        dropped = [n for i, n in enumerate(names) if k >> i & 1]
-        for n in dropped:
-            probe.get_submodule(n).eps = 0.0
-        with torch.no_grad():
-            if differ(probe(x), got) <= THRESHOLDS["output_atol"].value:
-                return (
-                    f" (your output equals this model's with eps left out of BatchNorm "
-                    f"{', '.join(dropped)}: a = gamma / sqrt(running_var + eps), and with "
-                    "variances this small eps = 1e-5 matters)"
-                )
-    return " (reread section 4's formula for the folded weights and bias)"
+    for what, (leave_out, formula) in LEFT_OUT.items():
+        for k in range(1, 2 ** len(names)):
+            probe = copy.deepcopy(model).eval()
+            dropped = [n for i, n in enumerate(names) if k >> i & 1]
+            for n in dropped:
+                leave_out(probe.get_submodule(n))
+            with torch.no_grad():
+                if differ(probe(x), got) <= THRESHOLDS["output_atol"].value:
+                    return (
+                        f" (your output equals this model's with {what} left out of BatchNorm "
+                        f"{', '.join(dropped)}: {formula})"
+                    )
+    return (  # a fold, statistics the copy moved, a BatchNorm run twice: not told apart here
+        " (it is not a fold that leaves eps or the running mean out; compare your copy's "
+        "output with the given model's in eval mode after each layer to find where they part)"
+    )
 
 
 class _WrongWork(Exception):

@@ -29,11 +29,17 @@ def split(x: torch.Tensor, y: torch.Tensor, k: int) -> list[tuple[torch.Tensor, 
     return list(zip(x.chunk(k), y.chunk(k), strict=True))
 
 
+def second_k(k: int) -> int:
+    """The second step's number of micro-batches: another than the first's, so that a count
+    typed into the step (lesson 07's 4) is wrong in one of the two."""
+    return k // 2 if k > 2 else 2 * k
+
+
 def accum_case(seed: int, batch_seed: int, k: int, steps: int = 2) -> tuple[nn.Module, list]:
-    """The exploding RNN of `seed` and `steps` batches of 64 (of `batch_seed`), each cut into
-    `k` micro-batches of 64 / k."""
+    """The exploding RNN of `seed` and `steps` batches of 64 (of `batch_seed`), cut into `k`
+    micro-batches of 64 / k, then second_k(k), in turn."""
     model, gen = demo.make_rnn(seed), demo.rnn_batches(batch_seed)
-    return model, [split(*next(gen), k) for _ in range(steps)]
+    return model, [split(*next(gen), second_k(k) if i % 2 else k) for i in range(steps)]
 
 
 def run_steps(step: AccumStep, model: nn.Module, batches: list, max_norm: float) -> dict:

@@ -322,6 +322,30 @@ def accumulated_first_group(model, loss_fn, micro, optimizer, max_norm):
 
 
 # mistake -> (a step that makes exactly it, what to tell a learner whose parameters match)
+def divided_by(count: int):
+    """An accumulated clipped step whose losses are divided by a typed-in `count`."""
+
+    def step(model, loss_fn, micro, optimizer, max_norm):
+        optimizer.zero_grad(set_to_none=True)
+        for x, y in micro:
+            (loss_fn(model(x), y) / count).backward()
+        norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        optimizer.step()
+        return norm
+
+    step.__name__ = f"divided_by_{count}"
+    return step
+
+
+def _typed_in(count: int) -> tuple:
+    return (
+        divided_by(count),
+        f"parameters equal steps whose losses are always divided by {count}, though the two "
+        "steps had different numbers of micro-batches: divide by len(micro_batches)",
+        f"the norm of a gradient divided by {count} instead of the number of micro-batches",
+    )
+
+
 ACCUM_MISTAKES = {
     "clip every micro-batch": (
         clip_every_micro_batch,
@@ -373,6 +397,7 @@ ACCUM_MISTAKES = {
         "every parameter the optimizer updates",
         "the right norm",
     ),
+    **{f"divided by {n}": _typed_in(n) for n in (2, 4, 8)},
 }
 
 

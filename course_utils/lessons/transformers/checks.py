@@ -114,6 +114,11 @@ def _variants(q, k, v, doc_ids) -> dict[str, torch.Tensor]:
     )
     if same is not None:
         out["attends across documents: doc_ids are ignored"] = attend(s / D**0.5, keep)
+        if doc_ids.shape[0] > 1:
+            out["every row attends with the FIRST row's documents: each row of the batch "
+                "needs the mask of its own doc_ids, a (B, 1, T, T) mask"] = attend(
+                s / D**0.5, keep & same[:1]
+            )  # fmt: skip
     return out
 
 
