@@ -40,6 +40,7 @@ LEFT_OUT = (  # relative to the package: instructor tools, and answers kept whol
     "lessons/distributed/reference_scripts.py",
     "lessons/fsdp/reference_scripts.py",
     "lessons/parallel/reference_scripts.py",
+    "lessons/kernels/reference_kernels.py",
 )
 DEFAULT_INSTALL = f"git+{REPOSITORY}"  # what authoring.setup_cell installs: the full course
 COURSE_REPOSITORY = REPOSITORY.split("github.com/")[1]  # "owner/name"

@@ -356,6 +356,16 @@ TECHNIQUES = (
         effect="1F1B schedule",
         cost="a bubble of (p - 1) / (m + p - 1) of the step, as GPipe's",
     ),
+    Technique(
+        "a fused kernel of your own (Triton)",
+        None,
+        "17_triton_kernels",
+        "@triton.jit  # one program per tile: load, compute in registers, store once",
+        "a memory-bound chain of ops no library fuses; attention's scores never written",
+        GPU,
+        effect="fused attention",
+        cost="a kernel to write, test against torch and maintain; the interpreter only checks it",
+    ),
 )
 
 

@@ -97,6 +97,7 @@ CPU_RATIO: dict[str, tuple[float, float]] = {
     "13": (1.04, 0.68),
     "14": (3.09, 4.34),
     "16": (1.28, 0.48),
+    "17": (0.81, 0.64),
 }
 BUDGET_QUICK_S, BUDGET_FAST_GPU_S, BUDGET_S = 60.0, 120.0, 300.0
 FAST_GPUS = ("A100", "H100", "H200", "GH200", "B200")
@@ -174,6 +175,13 @@ COSTS = {
         "one launch of 2 processes (a block split 3 ways; GPipe and 1F1B at 4 and 8 "
         "micro-batches, sleeps standing for a device), full adds one of 4; exercise 3's launch "
         "of 2; 5 layouts counted on a pretend world: host-bound",
+    ),
+    "17": NotebookCost(
+        Cost(1, 0, 12),
+        Cost(2, 0, 15),
+        "attention's peak memory at 3 (quick) or 4 (full, T up to 2048) lengths, operators "
+        "counted on the meta device, and small Triton kernels run in the interpreter on the CPU "
+        "(about 10 checks' worth of interpreted launches): host-bound",
     ),
 }  # "11": course_utils/lessons/capstone/selftest.py COST, counted from the capstone's sizes
 

@@ -32,6 +32,7 @@ LESSONS = {
     "13": ("13_fsdp", "fsdp"),
     "14": ("14_timeline_compile", "timeline"),
     "16": ("16_tensor_pipeline", "parallel"),
+    "17": ("17_triton_kernels", "kernels"),
 }
 CHECK, EFFECT = "check", "effect"
 

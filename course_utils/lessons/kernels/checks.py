@@ -1,0 +1,142 @@
+"""Lesson 17's checks of exercises 1 and 2 (a colleague's Triton kernels, fixed by the learner),
+and the lesson's THRESHOLDS (thresholds.py). Exercise 3's check is in traffic_check.py.
+
+The truth is computed here, in the judge under `course grade`: torch.softmax and SDPA on the
+same inputs the probe builds (specimens.py). A message names a cause only where the learner's
+output equals, within the limit, the replay of that mistake in plain torch (replay.py)."""
+
+from __future__ import annotations
+
+import torch
+
+from ...checks import Part, check, correct, not_applicable
+from ...probes import observe, specimen_rng
+from .attention import sdpa
+from .probes import attention_outputs, softmax_outputs
+from .replay import padded_softmax, tiled_attention, unshifted_softmax
+from .runtime import NO_TRITON, have_triton
+from .specimens import FLASH_CASES, SOFTMAX_CASES, drawn, flash_inputs, softmax_input
+from .thresholds import THRESHOLDS
+
+SEEDS = (0, 1, 2, 3, 4, 5, 6, 7)
+TILES = (16, 32, 64, 128)  # key tiles a replay of exercise 2's mistakes tries
+
+
+def _error(got, truth: torch.Tensor, what: str) -> float:
+    """max |got - truth|, inf where either is not finite; TypeError for another shape."""
+    if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(truth.shape):
+        shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+        raise TypeError(f"{what} returned {shape} where {tuple(truth.shape)} was expected")
+    diff = (got.double() - truth.double()).abs()
+    return float(torch.nan_to_num(diff, nan=float("inf")).max())
+
+
+def _power_of_two(n: int) -> bool:
+    return (n & (n - 1)) == 0
+
+
+def _same(got: torch.Tensor, replay: torch.Tensor, atol: float) -> bool:
+    both_nan = torch.isnan(got) & torch.isnan(replay)
+    close = (got.double() - replay.double()).abs() <= atol
+    return bool((both_nan | close).all())
+
+
+@check(
+    "17-fused-softmax",
+    points=2,
+    hint="Which lanes of a program's block lie past the end of its row, and what do they "
+    "add to the row's max and sum? Compare your kernel with torch.softmax on rows whose "
+    "length is not a power of two, and on rows of negative numbers.",
+)
+def check_fused_softmax(softmax) -> list[Part]:
+    if not have_triton():
+        return [not_applicable("Triton", NO_TRITON)]
+    rng = specimen_rng()
+    cases, seed = drawn(SOFTMAX_CASES, rng), rng.choice(SEEDS)
+    got = observe(softmax_outputs, softmax, cases, seed)
+    atol = THRESHOLDS["softmax_atol"].value
+    errors = {}
+    for name, case in cases.items():
+        truth = torch.softmax(softmax_input(case, seed).double(), dim=1)
+        errors[name] = _error(got.get(name), truth, f"softmax on '{name}'")
+    power_passed = [n for n, c in cases.items() if _power_of_two(c["cols"]) and errors[n] <= atol]
+    parts = []
+    for name, case in cases.items():
+        said = f"max |yours - torch.softmax| = {errors[name]:.3g} on {case['rows']} rows of {case['cols']}"
+        if errors[name] <= atol:
+            parts.append(
+                correct(name, True, said, value=errors[name], threshold=atol, better="lower")
+            )
+            continue
+        x = softmax_input(case, seed)
+        if _same(got[name], padded_softmax(x), atol):
+            said += (
+                ". Your rows are exactly what lanes past the row's end loaded as 0.0 give: the "
+                "padded lanes take part in the max and the sum"
+            )
+        elif _same(got[name], unshifted_softmax(x), atol):
+            said += ". Your rows are exactly an exp without the row's max subtracted: it overflows"
+        else:
+            said += ". Reread section 3: what each lane loads, and where each result is stored"
+        if power_passed:
+            said += f" (rows of a power-of-two length passed: {', '.join(power_passed)})"
+        parts.append(correct(name, False, said, value=errors[name], threshold=atol, better="lower"))
+    return parts
+
+
+def _causes(got: torch.Tensor, q, k, v) -> list[str]:
+    """The mistakes whose replay gives the learner's output, over the key tiles of TILES."""
+    mistakes = {
+        "the accumulator is not rescaled when the running max grows (acc, not acc * alpha)":
+            {"rescale_acc": False},
+        "the running sum is not rescaled when the running max grows (l_i, not l_i * alpha)":
+            {"rescale_sum": False},
+        "neither the accumulator nor the running sum is rescaled when the running max grows":
+            {"rescale_acc": False, "rescale_sum": False},
+    }  # fmt: skip
+    atol = THRESHOLDS["flash_atol"].value
+    return [
+        cause
+        for cause, flags in mistakes.items()
+        if any(_same(got, tiled_attention(q, k, v, n, **flags), atol) for n in TILES)
+    ]
+
+
+@check(
+    "17-flash-forward",
+    points=3,
+    hint="Follow one query through the loop: when a tile brings a score above every score "
+    "before it, in what units are the sum and the accumulator of the earlier tiles, and in "
+    "what units are the new tile's terms? Test with scores that grow along the keys.",
+)
+def check_flash_forward(attention) -> list[Part]:
+    if not have_triton():
+        return [not_applicable("Triton", NO_TRITON)]
+    rng = specimen_rng()
+    cases, seed = drawn(FLASH_CASES, rng), rng.choice(SEEDS)
+    got = observe(attention_outputs, attention, cases, seed)
+    atol = THRESHOLDS["flash_atol"].value
+    errors, inputs = {}, {}
+    for name, case in cases.items():
+        inputs[name] = flash_inputs(case, seed)
+        truth = sdpa(*(t.double() for t in inputs[name]))
+        errors[name] = _error(got.get(name), truth, f"attention on '{name}'")
+    first_passed = [n for n, c in cases.items() if c["kind"] == "first" and errors[n] <= atol]
+    parts = []
+    for name, case in cases.items():
+        shape = "x".join(str(case[d]) for d in "BHTD")
+        said = f"max |yours - SDPA (causal)| = {errors[name]:.3g} on q, k, v of {shape}"
+        if errors[name] <= atol:
+            parts.append(
+                correct(name, True, said, value=errors[name], threshold=atol, better="lower")
+            )
+            continue
+        causes = _causes(got[name], *inputs[name])
+        if len(causes) == 1:
+            said += f". Your output is exactly what this mistake gives: {causes[0]}"
+        else:
+            said += ". Reread section 4: what happens to the earlier tiles' terms when m_i grows"
+        if first_passed:
+            said += " (right where each query's largest score sits in its first keys)"
+        parts.append(correct(name, False, said, value=errors[name], threshold=atol, better="lower"))
+    return parts

@@ -1,0 +1,45 @@
+"""The checks' replays, in plain torch: what a kernel with one known mistake returns on the
+same inputs. A message names a cause only when the learner's output matches its replay."""
+
+from __future__ import annotations
+
+import torch
+
+
+def padded_softmax(x: torch.Tensor) -> torch.Tensor:
+    """A row softmax whose lanes past the row's end (up to the next power of two) are loaded
+    as 0.0: they take part in the max and the sum."""
+    cols = x.shape[1]
+    block = 1 << (cols - 1).bit_length()
+    padded = torch.nn.functional.pad(x.double(), (0, block - cols), value=0.0)
+    num = torch.exp(padded - padded.max(dim=1, keepdim=True).values)
+    return (num / num.sum(dim=1, keepdim=True))[:, :cols].float()
+
+
+def unshifted_softmax(x: torch.Tensor) -> torch.Tensor:
+    """A row softmax without the max subtracted: exp overflows to inf for entries above ~88."""
+    num = torch.exp(x.float())
+    return num / num.sum(dim=1, keepdim=True)
+
+
+def tiled_attention(q, k, v, block_n: int, *, rescale_acc=True, rescale_sum=True):
+    """Causal attention by online softmax over tiles of `block_n` keys, as a flash forward runs
+    it (in float64): with `rescale_acc` or `rescale_sum` False, that running quantity is not
+    multiplied by exp(m_old - m_new) when a tile raises a query's max."""
+    q, k, v = (t.double() for t in (q, k, v))
+    B, H, T, D = q.shape
+    rows = torch.arange(T)[:, None]
+    m = torch.full((B, H, T, 1), float("-inf"), dtype=torch.float64)
+    total = torch.zeros(B, H, T, 1, dtype=torch.float64)
+    acc = torch.zeros(B, H, T, D, dtype=torch.float64)
+    for start in range(0, T, block_n):
+        cols = torch.arange(start, min(start + block_n, T))[None, :]
+        s = q @ k[..., start : start + block_n, :].transpose(-2, -1) * D**-0.5
+        s = s.masked_fill(cols > rows, float("-inf"))
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+        alpha = torch.exp(m - m_new)
+        p = torch.exp(s - m_new)
+        total = (total * alpha if rescale_sum else total) + p.sum(dim=-1, keepdim=True)
+        acc = (acc * alpha if rescale_acc else acc) + p @ v[..., start : start + block_n, :]
+        m = m_new
+    return (acc / total).float()
