@@ -361,11 +361,11 @@ def _write(staging: Path, solutions: Path, install_url: str) -> ReleaseSummary:
 
 
 def _ship_expected_values(package: Path) -> None:
-    """Values a self-check compares with where its reference is withheld (no code): 08's two
-    clipped steps on the notebook's specimen (lessons/clipping/expected.py)."""
-    from .lessons.clipping import checks, expected
+    """Values a self-check compares with where its reference is withheld (no code): 08's
+    clipped and accumulated steps on the notebook's specimens (lessons/clipping/expected.py)."""
+    from .lessons.clipping import expected
 
-    expected.write_shipped(package, checks.STEP_SEEDS[0])
+    expected.write_shipped(package)
 
 
 def learner_environment(pyproject: Path = PACKAGE.parent / "pyproject.toml") -> str:

@@ -37,7 +37,7 @@ from course_utils.skipping import SKIPPED
 ROOT = Path(__file__).resolve().parents[1]
 ALL = os.environ.get("COURSE_TESTS") == "all"
 # 01: a cell that is not a demo stops (no range test yet) and the demos using its results
-# follow; 08: a check graded by the instructor, and a demo stopped by each kind of verdict
+# follow; 08: self-checks from shipped values, and a demo stopped by each kind of verdict
 RUN_IN_CI = ("01_one_cycle", "08_gradient_clipping")
 NOTEBOOKS = sorted(p.stem for p in (ROOT / "solutions").glob("*.ipynb"))
 RUN = [n for n in NOTEBOOKS if ALL or n in RUN_IN_CI]
@@ -333,17 +333,37 @@ def clipped_after_step(model, loss_fn, x, y, optimizer, max_norm):
     optimizer.step()
     return nn.utils.clip_grad_norm_(model.parameters(), max_norm)
 
-for answer in (clipped_step, clipped_after_step):
+def accumulated(model, loss_fn, micro_batches, optimizer, max_norm):
+    optimizer.zero_grad(set_to_none=True)
+    for x, y in micro_batches:
+        (loss_fn(model(x), y) / len(micro_batches)).backward()
+    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    return norm
+
+def clipped_each(model, loss_fn, micro_batches, optimizer, max_norm):
+    optimizer.zero_grad(set_to_none=True)
+    for x, y in micro_batches:
+        (loss_fn(model(x), y) / len(micro_batches)).backward()
+        norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    return norm
+
+for check, answer in [(lesson.check_clipped_step, clipped_step),
+                      (lesson.check_clipped_step, clipped_after_step),
+                      (lesson.check_accumulated_clipped_step, accumulated),
+                      (lesson.check_accumulated_clipped_step, clipped_each)]:
     try:
-        print("VERDICT", lesson.check_clipped_step(answer).status)
+        print("VERDICT", check(answer).status)
     except CheckFailed as exc:
         print("VERDICT", exc.status, exc.summary)
 """
 
 
-def test_the_edition_self_checks_a_clipped_step_against_values_it_ships(edition):
-    """08-clipped-step has no reference in the edition: it compares with the two steps
-    `course release` computed with it (lessons/clipping/shipped_steps.py), values only."""
+def test_the_edition_self_checks_lesson_08s_steps_against_values_it_ships(edition):
+    """08-clipped-step and 08-accum-clip have no reference in the edition: they compare with
+    the steps `course release` computed with it (lessons/clipping/shipped_steps.py), values
+    only; a wrong answer is still told its mistake (the replays ship)."""
     shipped = edition.out / "course_utils" / "lessons" / "clipping" / "shipped_steps.py"
     assert "def " not in shipped.read_text()
     run = _python(edition, SELF_CHECK_08)
@@ -351,6 +371,8 @@ def test_the_edition_self_checks_a_clipped_step_against_values_it_ships(edition)
     verdicts = [line for line in run.stdout.splitlines() if line.startswith("VERDICT")]
     assert verdicts[0] == "VERDICT passed", run.stdout[-3000:]
     assert verdicts[1].startswith("VERDICT failed") and "after optimizer.step()" in verdicts[1]
+    assert verdicts[2] == "VERDICT passed", run.stdout[-3000:]
+    assert verdicts[3].startswith("VERDICT failed") and "EVERY micro-batch" in verdicts[3]
 
 
 def test_a_cell_that_runs_an_answer_must_be_a_demo():

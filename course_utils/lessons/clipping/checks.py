@@ -14,7 +14,7 @@ from torch import nn
 from ...checks import Threshold, at_most, check, correct, not_applicable
 from ...probes import observe, specimen_rng
 from . import accumulation, demo, diagnosis
-from .expected import expected_steps
+from .expected import expected_steps, expected_whole_batch
 from .probes import (
     accumulated_steps,
     clipped_steps,
@@ -355,7 +355,7 @@ def check_accumulated_clipped_step(accumulated_clipped_step):
     parts, widest = [], 0
     for name, max_norm in [("clipping acts", THRESHOLDS["accum_acts"].value),
                            ("clipping idle", THRESHOLDS["accum_idle"].value)]:  # fmt: skip
-        want = accumulation.whole_batch(model, batches, max_norm)
+        want = expected_whole_batch(seed, seed + 1, k, max_norm)
         seen = observe(accumulated_steps, accumulated_clipped_step, seed, seed + 1, k, max_norm)
         widest = max(widest, int(seen["widest"]))
         ok = accumulation.same(seen["params"], want["params"], THRESHOLDS["accum_atol"].value)

@@ -22,9 +22,10 @@ def _backward(model, loss_fn, x, y, optimizer) -> list[torch.Tensor]:
     return [p for p in model.parameters() if p.grad is not None]
 
 
-def _total(params, norm_type: float = 2.0) -> torch.Tensor:
-    norms = [torch.linalg.vector_norm(p.grad.detach(), norm_type) for p in params]
-    return torch.linalg.vector_norm(torch.stack(norms), norm_type)
+def _total(params) -> torch.Tensor:
+    """The total 2-norm of the gradients, as torch computes it (a replay is not the learner's
+    answer to exercise 1, which may not call it: the learner edition ships this)."""
+    return nn.utils.get_total_norm([p.grad.detach() for p in params])
 
 
 def per_tensor(model, loss_fn, x, y, optimizer, max_norm):
