@@ -75,7 +75,11 @@ def check_fused_softmax(softmax) -> list[Part]:
                 "padded lanes take part in the max and the sum"
             )
         elif _same(got[name], unshifted_softmax(x), atol):
-            said += ". Your rows are exactly an exp without the row's max subtracted: it overflows"
+            said += (
+                ". Your rows are exactly an exp without the row's max subtracted (or with a "
+                "padded 0 taken as the max): exp overflows above about 88 and underflows to 0 "
+                "below about -87"
+            )
         else:
             said += ". Reread section 3: what each lane loads, and where each result is stored"
         if power_passed:
@@ -93,6 +97,8 @@ def _causes(got: torch.Tensor, q, k, v) -> list[str]:
             {"rescale_sum": False},
         "neither the accumulator nor the running sum is rescaled when the running max grows":
             {"rescale_acc": False, "rescale_sum": False},
+        "the scores are not scaled by 1/sqrt(head dim)": {"scaled": False},
+        "no causal mask: each query also attends to the keys after it": {"causal": False},
     }  # fmt: skip
     atol = THRESHOLDS["flash_atol"].value
     return [
@@ -134,8 +140,12 @@ def check_flash_forward(attention) -> list[Part]:
         causes = _causes(got[name], *inputs[name])
         if len(causes) == 1:
             said += f". Your output is exactly what this mistake gives: {causes[0]}"
-        else:
-            said += ". Reread section 4: what happens to the earlier tiles' terms when m_i grows"
+        else:  # not a mistake a replay told apart: say what was compared
+            said += (
+                ". It matches none of the mistakes replayed here (a running quantity not "
+                "rescaled, scores not scaled, no causal mask): compare your output with SDPA's "
+                "query by query on a small input"
+            )
         if first_passed:
             said += " (right where each query's largest score sits in its first keys)"
         parts.append(correct(name, False, said, value=errors[name], threshold=atol, better="lower"))

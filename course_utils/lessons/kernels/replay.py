@@ -22,10 +22,12 @@ def unshifted_softmax(x: torch.Tensor) -> torch.Tensor:
     return num / num.sum(dim=1, keepdim=True)
 
 
-def tiled_attention(q, k, v, block_n: int, *, rescale_acc=True, rescale_sum=True):
+def tiled_attention(q, k, v, block_n: int, *, rescale_acc=True, rescale_sum=True, scaled=True,
+                    causal=True):  # fmt: skip
     """Causal attention by online softmax over tiles of `block_n` keys, as a flash forward runs
     it (in float64): with `rescale_acc` or `rescale_sum` False, that running quantity is not
-    multiplied by exp(m_old - m_new) when a tile raises a query's max."""
+    multiplied by exp(m_old - m_new) when a tile raises a query's max; `scaled` False: scores
+    not multiplied by 1/sqrt(D); `causal` False: no mask."""
     q, k, v = (t.double() for t in (q, k, v))
     B, H, T, D = q.shape
     rows = torch.arange(T)[:, None]
@@ -34,8 +36,9 @@ def tiled_attention(q, k, v, block_n: int, *, rescale_acc=True, rescale_sum=True
     acc = torch.zeros(B, H, T, D, dtype=torch.float64)
     for start in range(0, T, block_n):
         cols = torch.arange(start, min(start + block_n, T))[None, :]
-        s = q @ k[..., start : start + block_n, :].transpose(-2, -1) * D**-0.5
-        s = s.masked_fill(cols > rows, float("-inf"))
+        s = q @ k[..., start : start + block_n, :].transpose(-2, -1) * (D**-0.5 if scaled else 1)
+        if causal:
+            s = s.masked_fill(cols > rows, float("-inf"))
         m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
         alpha = torch.exp(m - m_new)
         p = torch.exp(s - m_new)

@@ -21,6 +21,12 @@ SOFTMAX_CASES = {
         "scale": 150.0,
         "shift": 0.0,
     },  # fmt: skip
+    "rows of 37, every entry near -300": {  # lanes padded with any finite value lead them
+        "rows": 3,
+        "cols": (37, 45, 91),
+        "scale": 5.0,
+        "shift": -300.0,
+    },  # fmt: skip
     "a slice of a wider tensor (row stride > length)": {
         "rows": 4,
         "cols": (50, 77),
@@ -51,16 +57,28 @@ FLASH_CASES = {
         "kind": "growing",
     },  # fmt: skip
     "random, 100 positions": {"B": 2, "H": 1, "T": (100, 75, 130), "D": (32, 16), "kind": "random"},
+    "heads interleaved in memory (q.transpose(1, 2) of (B, T, H, D))": {
+        "B": 1,
+        "H": 2,
+        "T": (64, 80),
+        "D": 16,
+        "kind": "random",
+        "layout": "BTHD",
+    },  # fmt: skip
 }
 
 
 def flash_inputs(case: dict, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q, k, v (B, H, T, D) float32 on the CPU. "growing": each key's score rises with its
+    """q, k, v (B, H, T, D) float32 on the CPU (views of (B, T, H, D) tensors where the case's
+    layout says so). "growing": each key's score rises with its
     position (a direction u in every query, a growing multiple of u in the keys), so a query's
     largest score sits in its last tile; "first": it falls, so the largest sits in the first."""
     g = torch.Generator().manual_seed(seed)
     B, H, T, D = case["B"], case["H"], case["T"], case["D"]
-    q, k, v = (torch.randn(B, H, T, D, generator=g) for _ in range(3))
+    if case.get("layout") == "BTHD":  # as a projection's output is laid out: not contiguous
+        q, k, v = (torch.randn(B, T, H, D, generator=g).transpose(1, 2) for _ in range(3))
+    else:
+        q, k, v = (torch.randn(B, H, T, D, generator=g) for _ in range(3))
     if case["kind"] != "random":
         u = torch.zeros(D)
         u[0] = 1.0
