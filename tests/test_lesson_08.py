@@ -417,7 +417,7 @@ def test_accum_atol_passes_the_reference_on_every_specimen_and_no_mistake_where_
     """The tolerance's evidence: on every seed, k and max_norm the check can draw, the
     reference ends within a tenth of accum_atol of the whole batch's steps, and each replayed
     mistake either equals them (summed losses under an acting clip) or misses by 10x it."""
-    from course_utils.lessons.clipping import accumulation, diagnosis
+    from course_utils.lessons.clipping import accum_mistakes, accumulation
     from course_utils.lessons.clipping.checks import ACCUM_K, ACCUM_SEEDS
 
     atol = lesson.THRESHOLDS["accum_atol"].value
@@ -429,7 +429,7 @@ def test_accum_atol_passes_the_reference_on_every_specimen_and_no_mistake_where_
                 ref = lesson.reference_accumulated_clipped_step
                 got = accumulation.run_steps(ref, model, batches, max_norm)["params"]
                 assert accumulation.largest_difference(got, want) < atol / 10
-                for step, *_ in diagnosis.ACCUM_MISTAKES.values():
+                for step, *_ in accum_mistakes.ACCUM_MISTAKES.values():
                     off = accumulation.run_steps(step, model, batches, max_norm)["params"]
                     gap = accumulation.largest_difference(off, want)
                     assert gap < atol / 10 or gap > 10 * atol, (step.__name__, seed, k, gap)
@@ -509,7 +509,7 @@ JUDGED = [  # check id, its reference answer, a wrong answer of the red team (mo
     (
         "08-accum-clip",
         "reference_accumulated_clipped_step",
-        "course_utils.lessons.clipping.diagnosis:clip_every_micro_batch",
+        "course_utils.lessons.clipping.accum_mistakes:clip_every_micro_batch",
     ),
 ]
 

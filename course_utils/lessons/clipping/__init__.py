@@ -57,6 +57,6 @@ __all__ = [
 # harness functions that compute an exercise's answer under another name: the grading kernel
 # withholds them (course_utils.grading.kernel_harness). accumulation._whole_batch_step is
 # exercise 2's clipped step (on micro-batches put back together). The demo cells that call
-# them stop there, with "(skipped: ...)". (diagnosis._total is torch's get_total_norm, which
+# them stop there, with "(skipped: ...)". (diagnosis.total_norm is torch's get_total_norm, which
 # exercise 1's check refuses while the learner's function runs: no answer of ours.)
 ANSWERS_ELSEWHERE = ("course_utils.lessons.clipping.accumulation:_whole_batch_step",)

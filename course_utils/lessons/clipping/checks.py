@@ -13,7 +13,7 @@ from torch import nn
 
 from ...checks import Threshold, at_most, check, correct, not_applicable
 from ...probes import observe, specimen_rng
-from . import accumulation, demo, diagnosis
+from . import accum_mistakes, accumulation, demo, diagnosis
 from .expected import expected_steps, expected_whole_batch
 from .probes import (
     accumulated_steps,
@@ -300,7 +300,7 @@ def _accum_mistake(got: list, model, batches, max_norm: float) -> str:
     atol = THRESHOLDS["accum_atol"].value
     if accumulation.same(got, [p.detach() for p in model.parameters()], atol):
         return "your steps did not move the parameters"
-    for step, said, _ in diagnosis.ACCUM_MISTAKES.values():
+    for step, said, _ in accum_mistakes.ACCUM_MISTAKES.values():
         replay = accumulation.run_steps(step, model, batches, max_norm)["params"]
         if accumulation.same(got, replay, atol):
             return said
@@ -328,7 +328,7 @@ def _accum_norm(norm, model, batches, want: float, max_norm: float) -> object:
     what += f"; the whole batch's gradient norm before clipping is {want:.4g}"
     if g is not None and math.isclose(g, max_norm, rel_tol=1e-3):
         return correct("returned norm", False, what + " (yours is the norm AFTER clipping)")
-    for step, _, returns in diagnosis.ACCUM_MISTAKES.values():
+    for step, _, returns in accum_mistakes.ACCUM_MISTAKES.values():
         theirs = _as_float(accumulation.run_steps(step, model, batches[:1], max_norm)["norms"][0])
         if g is not None and theirs is not None and math.isclose(g, theirs, rel_tol=1e-4):
             return correct("returned norm", False, f"{what}: yours is {returns}")

@@ -22,7 +22,7 @@ def _backward(model, loss_fn, x, y, optimizer) -> list[torch.Tensor]:
     return [p for p in model.parameters() if p.grad is not None]
 
 
-def _total(params) -> torch.Tensor:
+def total_norm(params) -> torch.Tensor:
     """The total 2-norm of the gradients, as torch computes it (a replay is not the learner's
     answer to exercise 1, which may not call it: the learner edition ships this)."""
     return nn.utils.get_total_norm([p.grad.detach() for p in params])
@@ -30,7 +30,7 @@ def _total(params) -> torch.Tensor:
 
 def per_tensor(model, loss_fn, x, y, optimizer, max_norm):
     params = _backward(model, loss_fn, x, y, optimizer)
-    norm = _total(params)
+    norm = total_norm(params)
     for p in params:
         nn.utils.clip_grad_norm_([p], max_norm)
     optimizer.step()
@@ -39,7 +39,7 @@ def per_tensor(model, loss_fn, x, y, optimizer, max_norm):
 
 def inf_norm(model, loss_fn, x, y, optimizer, max_norm):
     params = _backward(model, loss_fn, x, y, optimizer)
-    norm = _total(params)
+    norm = total_norm(params)
     nn.utils.clip_grad_norm_(params, max_norm, norm_type=math.inf)
     optimizer.step()
     return norm
@@ -47,7 +47,7 @@ def inf_norm(model, loss_fn, x, y, optimizer, max_norm):
 
 def first_group(model, loss_fn, x, y, optimizer, max_norm):
     params = _backward(model, loss_fn, x, y, optimizer)
-    norm = _total(params)
+    norm = total_norm(params)
     nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], max_norm)
     optimizer.step()
     return norm
@@ -69,7 +69,7 @@ def _clip_by(params, total: torch.Tensor, max_norm: float) -> None:
 
 def squared_norm(model, loss_fn, x, y, optimizer, max_norm):
     params = _backward(model, loss_fn, x, y, optimizer)
-    norm = _total(params)
+    norm = total_norm(params)
     _clip_by(params, sum(p.grad.pow(2).sum() for p in params), max_norm)
     optimizer.step()
     return norm
@@ -77,7 +77,7 @@ def squared_norm(model, loss_fn, x, y, optimizer, max_norm):
 
 def sum_of_norms(model, loss_fn, x, y, optimizer, max_norm):
     params = _backward(model, loss_fn, x, y, optimizer)
-    norm = _total(params)
+    norm = total_norm(params)
     _clip_by(params, sum(p.grad.norm() for p in params), max_norm)
     optimizer.step()
     return norm
@@ -85,7 +85,7 @@ def sum_of_norms(model, loss_fn, x, y, optimizer, max_norm):
 
 def always_rescaled(model, loss_fn, x, y, optimizer, max_norm):
     params = _backward(model, loss_fn, x, y, optimizer)
-    norm = _total(params)
+    norm = total_norm(params)
     for p in params:
         p.grad.mul_(max_norm / norm)
     optimizer.step()
@@ -238,168 +238,6 @@ def diagnose_norm(got: float, model: nn.Module, norm_type: float) -> str:
     if math.isclose(got, two, rel_tol=1e-4):
         return "that is the 2-norm: use norm_type for every tensor and for the norm of norms"
     return "it matches no usual mistake: print the per-tensor norms and compare"
-
-
-# --- exercise 4: accumulated steps the check replays -------------------------------------------
-# mistake -> (a step that makes exactly it, what to tell a learner whose parameters match, what
-# the norm it returns is: told when the learner returned that same number)
-
-
-def _accumulate(model, loss_fn, micro, optimizer, divide: bool = True) -> None:
-    optimizer.zero_grad(set_to_none=True)
-    for x, y in micro:
-        loss = loss_fn(model(x), y)
-        (loss / len(micro) if divide else loss).backward()
-
-
-def clip_every_micro_batch(model, loss_fn, micro, optimizer, max_norm):
-    optimizer.zero_grad(set_to_none=True)
-    for x, y in micro:
-        (loss_fn(model(x), y) / len(micro)).backward()
-        norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    optimizer.step()
-    return norm
-
-
-def summed_not_averaged(model, loss_fn, micro, optimizer, max_norm):
-    _accumulate(model, loss_fn, micro, optimizer, divide=False)
-    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    optimizer.step()
-    return norm
-
-
-def summed_and_clipped_each(model, loss_fn, micro, optimizer, max_norm):
-    optimizer.zero_grad(set_to_none=True)
-    for x, y in micro:
-        loss_fn(model(x), y).backward()
-        norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    optimizer.step()
-    return norm
-
-
-def last_micro_batch_only(model, loss_fn, micro, optimizer, max_norm):
-    for x, y in micro:
-        optimizer.zero_grad(set_to_none=True)
-        (loss_fn(model(x), y) / len(micro)).backward()
-    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    optimizer.step()
-    return norm
-
-
-def step_every_micro_batch(model, loss_fn, micro, optimizer, max_norm):
-    norm = None
-    for x, y in micro:
-        optimizer.zero_grad(set_to_none=True)
-        loss_fn(model(x), y).backward()
-        norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-        optimizer.step()
-    return norm
-
-
-def accumulated_unclipped(model, loss_fn, micro, optimizer, max_norm):
-    _accumulate(model, loss_fn, micro, optimizer)
-    norm = _total([p for p in model.parameters() if p.grad is not None])
-    optimizer.step()
-    return norm
-
-
-def clipped_before_last_backward(model, loss_fn, micro, optimizer, max_norm):
-    optimizer.zero_grad(set_to_none=True)
-    norm = None
-    for i, (x, y) in enumerate(micro):
-        if i == len(micro) - 1:
-            norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-        (loss_fn(model(x), y) / len(micro)).backward()
-    optimizer.step()
-    return norm
-
-
-def accumulated_first_group(model, loss_fn, micro, optimizer, max_norm):
-    _accumulate(model, loss_fn, micro, optimizer)
-    norm = _total([p for p in model.parameters() if p.grad is not None])
-    nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], max_norm)
-    optimizer.step()
-    return norm
-
-
-# mistake -> (a step that makes exactly it, what to tell a learner whose parameters match)
-def divided_by(count: int):
-    """An accumulated clipped step whose losses are divided by a typed-in `count`."""
-
-    def step(model, loss_fn, micro, optimizer, max_norm):
-        optimizer.zero_grad(set_to_none=True)
-        for x, y in micro:
-            (loss_fn(model(x), y) / count).backward()
-        norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-        optimizer.step()
-        return norm
-
-    step.__name__ = f"divided_by_{count}"
-    return step
-
-
-def _typed_in(count: int) -> tuple:
-    return (
-        divided_by(count),
-        f"parameters equal steps whose losses are always divided by {count}, though the two "
-        "steps had different numbers of micro-batches: divide by len(micro_batches)",
-        f"the norm of a gradient divided by {count} instead of the number of micro-batches",
-    )
-
-
-ACCUM_MISTAKES = {
-    "clip every micro-batch": (
-        clip_every_micro_batch,
-        "parameters equal a step that clipped after EVERY micro-batch's backward(): each clip "
-        "shortened a partial sum, and the micro-batches before the last were shortened again "
-        "and again. The gradient is complete only after the last backward()",
-        "the norm of a partial sum: what the last micro-batch's clip saw, after the earlier "
-        "clips had shortened the rest",
-    ),
-    "summed": (
-        summed_not_averaged,
-        "parameters equal a step on the SUM of the micro-batch gradients (k times the whole "
-        "batch's mean): divide each micro-batch's loss by the number of micro-batches "
-        "(lesson 07)",
-        "k times the whole batch's norm: the norm of the SUM of the micro-batch gradients",
-    ),
-    "summed, clipped each": (
-        summed_and_clipped_each,
-        "parameters equal a step that summed the micro-batch losses (no division by their "
-        "number) AND clipped after every micro-batch's backward()",
-        "the norm of a partial SUM (no division) after the earlier clips",
-    ),
-    "last micro-batch only": (
-        last_micro_batch_only,
-        "parameters equal a step on the LAST micro-batch's gradient alone: a zero_grad inside "
-        "the loop threw the earlier micro-batches' gradients away",
-        "the norm of the last micro-batch's gradient alone",
-    ),
-    "step every micro-batch": (
-        step_every_micro_batch,
-        "parameters equal one clipped optimizer.step() per micro-batch: accumulation takes one "
-        "step for all of them",
-        "the norm of the last micro-batch's gradient, stepped on its own",
-    ),
-    "unclipped": (
-        accumulated_unclipped,
-        "parameters equal the accumulated step UNCLIPPED, though its norm is above max_norm",
-        "the right norm",
-    ),
-    "clip before last backward": (
-        clipped_before_last_backward,
-        "parameters equal a step that clipped before the LAST micro-batch's backward(): that "
-        "micro-batch's gradient was added after the clip",
-        "the norm before the last micro-batch's gradient was added",
-    ),
-    "first group": (
-        accumulated_first_group,
-        "you clipped only the first param group's parameters (the optimizer has two): clip "
-        "every parameter the optimizer updates",
-        "the right norm",
-    ),
-    **{f"divided by {n}": _typed_in(n) for n in (2, 4, 8)},
-}
 
 
 def _sorted_as_given(h: list[float]) -> float:
