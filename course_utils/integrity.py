@@ -84,9 +84,10 @@ def _outside(filename: str) -> bool:
 
 
 @functools.cache
-def _layout(path: str) -> tuple[dict, dict, dict]:
+def _layout(path: str, package: str) -> tuple[dict, dict, dict]:
     """What a harness file binds at its top level: defined names, names imported from
-    modules ({name: (module, attribute or None)}), and each class's method names."""
+    modules ({name: (absolute module, attribute or None)}; `package` resolves `from .x`), and
+    each class's method names."""
     tree = parse(Path(path).read_text())
     defined, imported, methods = {}, {}, {}
     for node in tree.body:
@@ -100,25 +101,14 @@ def _layout(path: str) -> tuple[dict, dict, dict]:
             for a in node.names:
                 if a.asname:
                     imported[a.asname] = (a.name, None)
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        if isinstance(node, ast.ImportFrom) and (node.module or node.level):
+            source = node.module
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
             for a in node.names:
-                imported[a.asname or a.name] = (node.module, a.name)
+                imported[a.asname or a.name] = (source, a.name)
     return defined, imported, methods
-
-
-@functools.cache
-def _relative_imports(path: str, package: str) -> dict:
-    """{name: (absolute module, attribute)} of a file's `from .x import y` lines."""
-    tree = parse(Path(path).read_text())
-    out = {}
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.level:
-            base = package.split(".")
-            base = base[: len(base) - node.level + 1]
-            source = ".".join(base + ([node.module] if node.module else []))
-            for a in node.names:
-                out[a.asname or a.name] = (source, a.name)
-    return out
 
 
 def _harness_modules() -> list[types.ModuleType]:
@@ -157,9 +147,8 @@ def _replaced(value, module_name: str, path: str) -> bool:
 
 def _module_changes(module: types.ModuleType) -> list[str]:
     path = _resolved(module.__file__)
-    defined, imported, methods = _layout(path)
     package = module.__name__ if path.endswith("__init__.py") else module.__spec__.parent
-    imported = {**imported, **_relative_imports(path, package)}
+    defined, imported, methods = _layout(path, package)
     here, found = vars(module), []
     for name in defined:
         if name in here and _replaced(here[name], module.__name__, path):
