@@ -182,12 +182,8 @@ ATTENTION = [
     case(wrong_detached, names=r"grad", not_names=r"memory|causal"),
     case(wrong_mask_and_is_causal, names=r"is_causal|attn_mask|both|mask"),
 ]
-ATTENTION_HOLES = {
-    "wrong-mask_per_head": "a right mask copied for every head (B, H, T, T) is told it 'holds "
-    "memory on the scale of the T x T scores, as the hand-written one does': the values pass, "
-    "so the cause is the mask's copy per head (hint 2), which the message does not name",
-}
-ATTENTION = open_holes(ATTENTION, ATTENTION_HOLES)
+# closed after the round: the probe records the shape of the mask handed to SDPA, and a
+# (B, H, T, T) mask is named as a copy per head
 ATTENTION = in_ci(ATTENTION, {"valid-bool_mask", "wrong-ignores_docs"})
 
 
@@ -603,12 +599,8 @@ BREAK = [
     case(wrong_eager_only, names=r"compiled|record", not_names=r"alive|break"),
     case(wrong_recorded_once, names=r"once|second|every call|record", not_names=r"break"),
 ]
-BREAK_HOLES = {
-    "wrong-drops_doc_ids": "a block that drops doc_ids but records last_rms on every call is "
-    "also told 'it is not recorded on every call': the second call repeats the input with "
-    "doc_ids, which this block ignores, so the value cannot change; the cause is doc_ids alone",
-}
-BREAK = open_holes(BREAK, BREAK_HOLES)
+# closed after the round: where the outputs with doc_ids differ, the second call's
+# statistic names no cause (a block that ignores doc_ids repeats the first value)
 BREAK = in_ci(BREAK, {"valid-detached_tensor", "wrong-float_call"})
 
 
@@ -861,12 +853,8 @@ SHARD = [
     _shard_case("wrong_bf16_policy", names=r"bf16|bfloat16|float32|precision|dtype"),
     _shard_case("wrong_shards_a_copy", names=r"in place|not sharded|returns|passed|half"),
 ]
-SHARD_HOLES = {
-    "wrong-bf16_policy": "a bf16 MixedPrecisionPolicy is told only 'the parameters differ from "
-    "one process on the whole batches by at most 0.00039 (allowed 1e-05)': the cause, the "
-    "policy's bf16 param_dtype that the exercise warns about, is not named",
-}
-SHARD = open_holes(SHARD, SHARD_HOLES)
+# closed after the round: the probe records the dtype each layer's weight has in its
+# forward, and a lower precision than float32 is named as the MixedPrecisionPolicy's
 SHARD = in_ci(SHARD, set())  # a two-process launch per case: 20-90 s each
 
 

@@ -13,11 +13,13 @@ import time
 import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from ...checks import at_least, at_most, check, correct, retry_measure
 from ...device import device_class, get_device, synchronize
 from ...measure import steady_cpu
 from ...probes import observe, observe_timed, specimen_rng
+from . import demo
 from .checks import THRESHOLDS
 from .probes import (
     batch_norm_calls,
@@ -62,11 +64,12 @@ def check_fuse(fuse_for_inference):
     parts = [correct("training model kept", said is None, said or "unchanged, still in train mode")]
     parts.append(_copy_mode(seen["training"], seen.get("top_training", False)))
     gap = differ(seen["output"], want)
-    parts.append(
-        at_most(
-            "eval output", gap, THRESHOLDS["output_atol"].value, "largest change of the eval output"
-        )
+    output = at_most(
+        "eval output", gap, THRESHOLDS["output_atol"].value, "largest change of the eval output"
     )
+    if output.status == "failed":
+        output.message += _sibling_cause(model, x, seen["output"])
+    parts.append(output)
     parts.append(
         at_most(
             "batch-norm ops left",
@@ -168,6 +171,36 @@ def _small_variance_parts(fuse_for_inference, seed: int) -> list:
         f"batch-norm calls in one forward of {where} (its 2 conv -> BN pairs can both fuse)",
     )
     return [output, left]
+
+
+# the scenario's blocks whose conv and BN are siblings in the module tree but must not fold,
+# and why (section 4: a conv folds into a BN only when its output reaches that BN alone)
+SIBLINGS = {
+    demo.ReluThenBn: "a ReLU sits between the conv and the BN",
+    demo.AddThenBn: "the conv's output also goes around the BN, into a sum",
+    demo.BnThenConv: "the BN runs before the conv",
+}
+
+
+def _sibling_cause(model: nn.Module, x: torch.Tensor, got: torch.Tensor) -> str:
+    """Name the blocks whose conv was folded into a BN it does not feed alone, only when
+    folding exactly those (the right folds change no output) reproduces the learner's."""
+    blocks = [(n, m) for n, m in model.named_modules() if type(m) in SIBLINGS]
+    for k in range(1, 2 ** len(blocks)):
+        chosen = [(n, m) for i, (n, m) in enumerate(blocks) if k >> i & 1]
+        replay = copy.deepcopy(model).eval()
+        for name, _ in chosen:
+            block = replay.get_submodule(name)
+            block.conv, block.bn = fuse_conv_bn_eval(block.conv, block.bn), nn.Identity()
+        with torch.no_grad():
+            if differ(replay(x), got) <= THRESHOLDS["output_atol"].value:
+                why = "; ".join(f"block {n}: {SIBLINGS[type(m)]}" for n, m in chosen)
+                return (
+                    f" (your output equals this model's with the conv and BN of {why} folded: "
+                    "they are siblings in the module tree, but the conv's output does not reach "
+                    "that BN alone; read the pairs from the forward's data flow)"
+                )
+    return ""
 
 
 LEFT_OUT = {  # what a fold can leave out of BatchNorm, how to replay it, and what to say

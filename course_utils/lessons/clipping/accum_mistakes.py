@@ -82,6 +82,15 @@ def clipped_before_last_backward(model, loss_fn, micro, optimizer, max_norm):
     return norm
 
 
+def divided_by_samples(model, loss_fn, micro, optimizer, max_norm):
+    optimizer.zero_grad(set_to_none=True)
+    for x, y in micro:
+        (loss_fn(model(x), y) / len(x)).backward()
+    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    return norm
+
+
 def accumulated_first_group(model, loss_fn, micro, optimizer, max_norm):
     _accumulate(model, loss_fn, micro, optimizer)
     norm = total_norm([p for p in model.parameters() if p.grad is not None])
@@ -159,6 +168,13 @@ ACCUM_MISTAKES = {
         "parameters equal a step that clipped before the LAST micro-batch's backward(): that "
         "micro-batch's gradient was added after the clip",
         "the norm before the last micro-batch's gradient was added",
+    ),
+    "divided by samples": (
+        divided_by_samples,
+        "parameters equal steps whose losses are divided by the micro-batch's number of "
+        "SAMPLES: the loss is already a mean over them; divide by the number of micro-batches, "
+        "len(micro_batches)",
+        "the norm of a gradient divided by the micro-batch's sample count",
     ),
     "first group": (
         accumulated_first_group,

@@ -18,6 +18,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from ...host_reads import HostReads
 from . import demo
 
 # step(model, loss_fn, micro_batches, optimizer, max_norm) -> the norm before clipping
@@ -45,7 +46,8 @@ def accum_case(seed: int, batch_seed: int, k: int, steps: int = 2) -> tuple[nn.M
 def run_steps(step: AccumStep, model: nn.Module, batches: list, max_norm: float) -> dict:
     """One call of `step` per batch of micro-batches, on a copy of `model`, with SGD over two
     param groups (the recurrent weights, the rest: clipping only the first group shows). The
-    parameters after, each norm returned, and the most samples one forward saw."""
+    parameters after, each norm returned, the most samples one forward saw, and how many values
+    the steps read on the host (each a host-device sync on a GPU)."""
     model = copy.deepcopy(model)
     params = list(model.parameters())
     optimizer = torch.optim.SGD([{"params": params[:2]}, {"params": params[2:]}], lr=demo.LR)
@@ -56,15 +58,18 @@ def run_steps(step: AccumStep, model: nn.Module, batches: list, max_norm: float)
 
     hook = model.register_forward_hook(seen)
     try:
-        norms = [
-            step(model, nn.functional.mse_loss, micro, optimizer, max_norm) for micro in batches
-        ]
+        with HostReads() as reads:
+            norms = [
+                step(model, nn.functional.mse_loss, micro, optimizer, max_norm)
+                for micro in batches
+            ]
     finally:
         hook.remove()
     return {
         "params": [p.detach().clone() for p in model.parameters()],
         "norms": norms,
         "widest": widest[0],
+        "host_reads": reads.count,
     }
 
 

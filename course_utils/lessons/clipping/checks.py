@@ -341,7 +341,8 @@ def _accum_norm(norm, model, batches, want: float, max_norm: float) -> object:
     hint="Reread the colleague's table in section 3: which rows and columns are right, and "
     "what changes between them? Run lesson.accumulation_table on your step: every cell must "
     "show the same step as the whole batch, and the same norm.",
-    in_kernel="the largest batch one forward saw (a forward hook beside the learner's step)",
+    in_kernel="the largest batch one forward saw (a forward hook beside the learner's step) and "
+    "the values its steps read on the host (course_utils.host_reads, a dispatch mode)",
 )
 def check_accumulated_clipped_step(accumulated_clipped_step):
     """Two accumulated steps (of k, then another number of micro-batches) against two clipped
@@ -352,12 +353,12 @@ def check_accumulated_clipped_step(accumulated_clipped_step):
     rng = specimen_rng()
     seed, k = rng.choice(ACCUM_SEEDS), rng.choice(ACCUM_K)
     model, batches = accumulation.accum_case(seed, seed + 1, k)
-    parts, widest = [], 0
+    parts, widest, reads = [], 0, 0
     for name, max_norm in [("clipping acts", THRESHOLDS["accum_acts"].value),
                            ("clipping idle", THRESHOLDS["accum_idle"].value)]:  # fmt: skip
         want = expected_whole_batch(seed, seed + 1, k, max_norm)
         seen = observe(accumulated_steps, accumulated_clipped_step, seed, seed + 1, k, max_norm)
-        widest = max(widest, int(seen["widest"]))
+        widest, reads = max(widest, int(seen["widest"])), reads + int(seen["host_reads"])
         ok = accumulation.same(seen["params"], want["params"], THRESHOLDS["accum_atol"].value)
         why = (
             f"after two steps, of {k} and {accumulation.second_k(k)} micro-batches, the "
@@ -370,6 +371,20 @@ def check_accumulated_clipped_step(accumulated_clipped_step):
             first_norm, want_norm = seen["norms"][0] if seen["norms"] else None, want["norms"][0]
             norm_case = max_norm
     parts.append(_accum_norm(first_norm, model, batches, float(want_norm), norm_case))
+    parts.append(
+        correct(
+            "no value read on the host",
+            reads == 0,
+            "your steps read no tensor's value on the host"
+            if reads == 0
+            else f"your four steps read a tensor's value on the host {reads} times (.item(), "
+            "float(), or a Python `if` on a tensor): on a GPU each read waits for the device. "
+            "Clip without reading the norm: clip_grad_norm_ scales by a clamped factor",
+            value=reads,
+            threshold=0,
+            better="lower",
+        )
+    )
     micro = 64 // min(k, accumulation.second_k(k))  # the larger micro-batches
     parts.append(
         correct(

@@ -64,6 +64,19 @@ def _drift(found: dict, gap: float) -> str:
     )
 
 
+def _precision(ranks: list[dict]) -> str:
+    """Why the parameters differ, where the forwards saw it: layers that computed with weights
+    of a lower precision than the float32 the model holds (a MixedPrecisionPolicy)."""
+    lower = sorted({d for r in ranks for d in r.get("compute_dtypes", [])} - {"float32"})
+    if not lower:
+        return ""
+    return (
+        f": the layers computed with {' and '.join(lower)} weights (a MixedPrecisionPolicy's "
+        "param_dtype), so every step rounds where one float32 process does not; this exercise "
+        "trains in float32, so leave mp_policy out"
+    )
+
+
 def _grouping(found: dict) -> str:
     in_root = found["blocks_in_root"]
     if not in_root:
@@ -164,7 +177,7 @@ def _parts(found: dict, ranks: list[dict]) -> list[Part]:
     gather = max(r["largest_gather"] / largest_block for r in ranks)
     trains = same and worst <= atol
     gathers = 0 < gather <= THRESHOLDS["gather_fraction"].value
-    drift = "" if trains else _drift(found, _rank_gap(ranks))
+    drift = "" if trains else _drift(found, _rank_gap(ranks)) or _precision(ranks)
     return [
         correct(
             "trains like one process",

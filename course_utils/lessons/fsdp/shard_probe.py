@@ -44,6 +44,25 @@ def _full(p: torch.Tensor) -> torch.Tensor:
     return p.full_tensor() if hasattr(p, "full_tensor") else p
 
 
+class _compute_dtypes:
+    """The dtypes of the weights each leaf layer computes with, seen in its forward (FSDP2
+    gathers them just before: a MixedPrecisionPolicy's param_dtype shows here)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.seen: set[str] = set()
+        leaves = [m for m in model.modules() if next(m.children(), None) is None]
+        self.hooks = [m.register_forward_pre_hook(self._saw) for m in leaves]
+
+    def _saw(self, module, args) -> None:
+        weight = getattr(module, "weight", None)
+        if isinstance(weight, torch.Tensor):
+            self.seen.add(str(weight.dtype).removeprefix("torch."))
+
+    def close(self) -> None:
+        for hook in self.hooks:
+            hook.remove()
+
+
 def grade_file(path: Path, device) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     mine: dict = {"exception": None}
@@ -63,6 +82,7 @@ def grade_file(path: Path, device) -> dict:
     opt = make_optimizer("momentum", trainable(model), lr=0.1)  # linear in the gradient
     batches = global_batches(device)
     share = GLOBAL_BATCH // world
+    dtypes = _compute_dtypes(model)
     for i, (x, y) in enumerate(batches):
         if i == len(batches) - 1:
             collectives.reset()
@@ -71,6 +91,7 @@ def grade_file(path: Path, device) -> dict:
         opt.step()
         opt.zero_grad()
     counted = collectives.snapshot()
+    dtypes.close()
     params = {n: _full(p).detach().cpu().tolist() for n, p in model.named_parameters()}
     mine.update(
         params=params,  # in named_parameters order
@@ -78,6 +99,7 @@ def grade_file(path: Path, device) -> dict:
         held=storage_bytes(local(p) for p in model.parameters()),
         gathers=counted["calls"],
         largest_gather=counted["largest"],
+        compute_dtypes=sorted(dtypes.seen),
     )
     dist.all_gather_object(everyone, mine)
     return {"ranks": everyone}

@@ -148,14 +148,18 @@ def _recorded_again(part: Part, first: float, stat: float, kept: dict, docs_ok: 
         return correct("statistic kept", False, f"{said}: {_not_a_number(kept)}")
     if _close(value, stat) or _close(stat, first):  # recorded (or the two calls agree)
         return part
+    if not docs_ok:  # a block that ignores doc_ids repeats the first value: no cause to tell
+        part.message += (
+            "; after a second call with doc_ids it differs from the colleague's, which says "
+            "nothing more while your outputs with doc_ids differ (the output part)"
+        )
+        return part
     if _close(value, first):
         msg = (
             f"{said} still holds the first call's {value:.6g} (the colleague's is now "
             f"{stat:.6g}): it is not recorded on every call"
         )
         return correct("statistic kept", False, msg)
-    if not docs_ok:  # the outputs with doc_ids differ: that part says why
-        return part
     return correct("statistic kept", False, f"{said} is {value:.6g}, the colleague's {stat:.6g}")
 
 

@@ -227,7 +227,13 @@ def _memory(fn, with_docs: bool, seed: int):
         + f": {peak / 2**20:.2f} MiB, as a share of one float32 (B, H, T, T) score matrix"
     )
     part = at_most(name, share, THRESHOLDS["memory_share"].value, what)
-    if part.status == "failed":
+    per_head = [m for m in seen.get("masks", []) if len(m) == 4 and m[1] == H > 1]
+    if part.status == "failed" and per_head:
+        part.message += (
+            f": the mask you gave scaled_dot_product_attention has shape {tuple(per_head[0])},"
+            f" one copy for each of the {H} heads; a (B, 1, T, T) mask broadcasts over them"
+        )
+    elif part.status == "failed":
         part.message += (
             ": your attention holds memory on the scale of the T x T scores, as the "
             "hand-written one does (section 2 measures both)"

@@ -6,6 +6,7 @@ compute what the answer must equal themselves, and compare."""
 from __future__ import annotations
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from ...guards import _as_learner
 from ...memory import tensor_peak_bytes
@@ -83,8 +84,26 @@ def attention_peak(causal_attention, shape: list, seed: int, with_docs: bool) ->
     see that the work measured was the attention's."""
     q, k, v, doc_ids = attention_inputs(shape, seed, MEMORY_DOCS if with_docs else 0)
     out: list = []
-    peak = tensor_peak_bytes(lambda: out.append(causal_attention(q, k, v, doc_ids)))
-    return {"peak": peak, **_tensor_or_type(out[0])}
+    with _SdpaMasks() as masks:
+        peak = tensor_peak_bytes(lambda: out.append(causal_attention(q, k, v, doc_ids)))
+    return {"peak": peak, "masks": masks.shapes, **_tensor_or_type(out[0])}
+
+
+class _SdpaMasks(TorchFunctionMode):
+    """The shape of each attn_mask handed to scaled_dot_product_attention (a mask copied per
+    head holds H times the bytes of one that broadcasts)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shapes: list[list[int]] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            mask = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
+            if isinstance(mask, torch.Tensor):
+                self.shapes.append(list(mask.shape))
+        return func(*args, **kwargs)
 
 
 # --- 12-packing ----------------------------------------------------------------------------------
