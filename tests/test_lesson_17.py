@@ -234,7 +234,7 @@ STRIDE = ("x.stride(0), y.stride(0)", "n_cols, n_cols")
             {"rows of 37, every entry near -300"},
             "a padded 0 taken as the max",
         ),
-        ((STRIDE,), {"a slice of a wider tensor (row stride > length)"}, "Reread section 3"),
+        ((STRIDE,), {"a slice of a wider tensor (row stride > length)"}, "x.stride(0)"),
     ],
     ids=["max-not-subtracted", "zero-padded-max", "row-stride-taken-as-length"],
 )

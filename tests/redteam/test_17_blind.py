@@ -246,10 +246,7 @@ SOFTMAX = [
     ),
     case(wrong_grid_on_axis_1, names=r"program|grid", not_names=PADDED + "|" + NO_MAX),
 ]
-SOFTMAX_HOLES = {
-    "wrong-grid_on_axis_1": "a (1, rows) grid read with program_id(0) is told only 'Reread "
-    "section 3: what each lane loads, and where each result is stored': no word of the grid",
-}
+SOFTMAX_HOLES = {}
 SOFTMAX = open_holes(SOFTMAX, SOFTMAX_HOLES)
 SOFTMAX = in_ci(SOFTMAX, {"valid-neg_inf", "wrong-other_zero"})
 
@@ -548,15 +545,7 @@ FLASH = [
 # The flash check's fallback for a mistake no replay matches (it blamed the rescale at first;
 # now it says what it compared): no cause named.
 BLAMES_RESCALE = "is told only that it 'matches none of the mistakes replayed here'"
-FLASH_HOLES = {
-    "wrong-strict_causal": "rows > cols (no query sees its own key, nan) " + BLAMES_RESCALE,
-    "wrong-stops_before_diagonal": "a loop that skips the diagonal tile (nan) " + BLAMES_RESCALE,
-    "wrong-loop_to_first_query": "range(0, start_m + 1, BLOCK_N), 64x16 tiles " + BLAMES_RESCALE,
-    "wrong-grid_heads_only": "a grid of (tiles, H), batch 1 never written (caught only on the "
-    "B=2 case) " + BLAMES_RESCALE,
-    "wrong-ignores_strides": "no .contiguous() before a kernel that assumes T*D rows fails on the "
-    "interleaved (B, T, H, D) case (added after this round) but " + BLAMES_RESCALE,
-}
+FLASH_HOLES = {}
 FLASH = open_holes(FLASH, FLASH_HOLES)
 FLASH = in_ci(FLASH, {"valid-rescaled", "wrong-no_acc_rescale"})
 
@@ -714,21 +703,8 @@ TRAFFIC = [
 ]
 # The traffic check names the mistakes it lists ("Your number is exactly what this mistake
 # gives: ..."); for the others it says only "Reread the code of the naive/fused version".
-TRAFFIC_HOLES = {
-    "wrong-mask_in_dtype": "the (T, T) mask counted in the dtype (T*T*(e-1) too many) is told "
-    "only 'Reread the code of the naive version, kernel by kernel'",
-    "wrong-scores_four_times": "the scores moved 4 times, not 6 (0.67x to 0.69x), is told only "
-    "'Reread the code of the naive version, kernel by kernel'",
-    "wrong-full_tiles": "rows past T counted as read (caught only where T is not a multiple) is "
-    "told only 'Reread the code of the fused version, kernel by kernel'",
-    "wrong-tiles_as_if_equal": "query tile i reading key tiles 0..i (right only when block_m == "
-    "block_n) is told only 'Reread the code of the fused version, kernel by kernel'",
-    "wrong-no_output_write": "the output's write left out is told only 'Reread the code of the "
-    "fused version, kernel by kernel'",
-    "wrong-always_four_bytes": "4 bytes per element whatever the dtype (exactly 2x on float16 "
-    "and bfloat16) is told only 'Reread the code of the naive/fused version'",
-}
-TRAFFIC = open_holes(TRAFFIC, TRAFFIC_HOLES)
+# closed after the round: the mask in the dtype, the scores moved 4 times, every tile counted
+# full, key tiles 0..i, the output's write left out and 4 bytes per element are replayed
 TRAFFIC = in_ci(TRAFFIC, {"valid-tile_by_tile", "wrong-kv_once"})
 
 

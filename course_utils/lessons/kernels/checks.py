@@ -13,7 +13,14 @@ from ...checks import Part, check, correct, not_applicable
 from ...probes import observe, specimen_rng
 from .attention import sdpa
 from .probes import attention_outputs, softmax_outputs
-from .replay import padded_softmax, tiled_attention, unshifted_softmax
+from .replay import (
+    attention_over,
+    key_loops,
+    packed_rows_softmax,
+    padded_softmax,
+    tiled_attention,
+    unshifted_softmax,
+)
 from .runtime import NO_TRITON, have_triton
 from .specimens import FLASH_CASES, SOFTMAX_CASES, drawn, flash_inputs, softmax_input
 from .thresholds import THRESHOLDS
@@ -55,10 +62,10 @@ def check_fused_softmax(softmax) -> list[Part]:
     cases, seed = drawn(SOFTMAX_CASES, rng), rng.choice(SEEDS)
     got = observe(softmax_outputs, softmax, cases, seed)
     atol = THRESHOLDS["softmax_atol"].value
-    errors = {}
+    errors, truths = {}, {}
     for name, case in cases.items():
-        truth = torch.softmax(softmax_input(case, seed).double(), dim=1)
-        errors[name] = _error(got.get(name), truth, f"softmax on '{name}'")
+        truths[name] = torch.softmax(softmax_input(case, seed).double(), dim=1)
+        errors[name] = _error(got.get(name), truths[name], f"softmax on '{name}'")
     power_passed = [n for n, c in cases.items() if _power_of_two(c["cols"]) and errors[n] <= atol]
     parts = []
     for name, case in cases.items():
@@ -80,12 +87,36 @@ def check_fused_softmax(softmax) -> list[Part]:
                 "padded 0 taken as the max): exp overflows above about 88 and underflows to 0 "
                 "below about -87"
             )
+        elif x.stride(0) != x.shape[1] and _same(got[name], packed_rows_softmax(x), atol):
+            said += (
+                f". Your rows are exactly what reading row i at i * {x.shape[1]} gives: this x "
+                f"is a slice of a wider tensor, so its rows start x.stride(0) = {x.stride(0)} "
+                "apart; pass the stride to the kernel"
+            )
+        elif rows := _rows_right(got.get(name), truths[name], atol):
+            said += rows
         else:
             said += ". Reread section 3: what each lane loads, and where each result is stored"
         if power_passed:
             said += f" (rows of a power-of-two length passed: {', '.join(power_passed)})"
         parts.append(correct(name, False, said, value=errors[name], threshold=atol, better="lower"))
     return parts
+
+
+def _rows_right(got, truth: torch.Tensor, atol: float) -> str:
+    """Which rows of a softmax are right, where some are and some are not."""
+    if not isinstance(got, torch.Tensor) or got.shape != truth.shape:
+        return ""
+    right = ((got.double() - truth).abs() <= atol).all(-1)
+    if bool(right.all()) or not bool(right.any()):
+        return ""
+    said = f"; right on {int(right.sum())} of {right.numel()} rows"
+    if int(right.sum()) == 1 and bool(right[0]):
+        said += (
+            ": only row 0 is right. Does the grid launch one program per row, and does each "
+            "program read program_id on the axis the grid runs along, and its row's offset?"
+        )
+    return said
 
 
 def _causes(got: torch.Tensor, q, k, v) -> list[str]:
@@ -101,11 +132,34 @@ def _causes(got: torch.Tensor, q, k, v) -> list[str]:
         "no causal mask: each query also attends to the keys after it": {"causal": False},
     }  # fmt: skip
     atol = THRESHOLDS["flash_atol"].value
-    return [
+    found = [
         cause
         for cause, flags in mistakes.items()
         if any(_same(got, tiled_attention(q, k, v, n, **flags), atol) for n in TILES)
     ]
+    loops = key_loops(q.shape[-2], TILES)
+    found += [
+        cause for cause, keep in loops.items() if _same(got, attention_over(q, k, v, keep), atol)
+    ]
+    return found
+
+
+def _where(got, truth: torch.Tensor, atol: float) -> str:
+    """Which (batch, head) slices of the output are right, where some are and some are not."""
+    if not isinstance(got, torch.Tensor) or got.shape != truth.shape:
+        return ""
+    right = ((got.double() - truth).abs() <= atol).flatten(2).all(-1)  # (B, H)
+    if bool(right.all()) or not bool(right.any()):
+        return ""
+    wrong = [(b, h) for b, h in zip(*torch.nonzero(~right, as_tuple=True), strict=True)]
+    shown = ", ".join(f"({b}, {h})" for b, h in wrong[:4]) + (" ..." if len(wrong) > 4 else "")
+    batches = sorted({int(b) for b, _ in wrong})
+    said = (
+        f"; right on {int(right.sum())} of {right.numel()} (batch, head) slices, wrong on {shown}"
+    )
+    if bool(right[0].all()) and batches == list(range(1, right.shape[0])):
+        said += ": only batch 0 is right. Does your grid (program_id) and its offsets reach every batch?"
+    return said
 
 
 @check(
@@ -122,11 +176,11 @@ def check_flash_forward(attention) -> list[Part]:
     cases, seed = drawn(FLASH_CASES, rng), rng.choice(SEEDS)
     got = observe(attention_outputs, attention, cases, seed)
     atol = THRESHOLDS["flash_atol"].value
-    errors, inputs = {}, {}
+    errors, inputs, truths = {}, {}, {}
     for name, case in cases.items():
         inputs[name] = flash_inputs(case, seed)
-        truth = sdpa(*(t.double() for t in inputs[name]))
-        errors[name] = _error(got.get(name), truth, f"attention on '{name}'")
+        truths[name] = sdpa(*(t.double() for t in inputs[name]))
+        errors[name] = _error(got.get(name), truths[name], f"attention on '{name}'")
     first_passed = [n for n, c in cases.items() if c["kind"] == "first" and errors[n] <= atol]
     parts = []
     for name, case in cases.items():
@@ -138,8 +192,19 @@ def check_flash_forward(attention) -> list[Part]:
             )
             continue
         causes = _causes(got[name], *inputs[name])
+        others_pass = all(errors[n] <= atol for n in cases if n != name)
         if len(causes) == 1:
             said += f". Your output is exactly what this mistake gives: {causes[0]}"
+        elif causes:
+            said += ". Your output is what each of these mistakes gives: " + "; or ".join(causes)
+        elif case.get("layout") and others_pass:
+            said += (
+                ". Right on every contiguous q, k, v, wrong on these views of (B, T, H, D) "
+                f"tensors (q.stride() = {tuple(inputs[name][0].stride())}): your kernel reads "
+                "a layout these strides do not have; pass the strides or call .contiguous()"
+            )
+        elif where := _where(got.get(name), truths[name], atol):
+            said += where
         else:  # not a mistake a replay told apart: say what was compared
             said += (
                 ". It matches none of the mistakes replayed here (a running quantity not "

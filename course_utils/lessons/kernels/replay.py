@@ -16,6 +16,14 @@ def padded_softmax(x: torch.Tensor) -> torch.Tensor:
     return (num / num.sum(dim=1, keepdim=True))[:, :cols].float()
 
 
+def packed_rows_softmax(x: torch.Tensor) -> torch.Tensor:
+    """A row softmax that reads row i at i * (row length) in x's storage: right for a
+    contiguous x, other numbers for a slice of a wider tensor (its stride(0) is longer)."""
+    rows, cols = x.shape
+    misread = torch.as_strided(x, (rows, cols), (cols, 1), x.storage_offset())
+    return torch.softmax(misread.double(), dim=1).float()
+
+
 def unshifted_softmax(x: torch.Tensor) -> torch.Tensor:
     """A row softmax without the max subtracted: exp overflows to inf for entries above ~88."""
     num = torch.exp(x.float())
@@ -46,3 +54,44 @@ def tiled_attention(q, k, v, block_n: int, *, rescale_acc=True, rescale_sum=True
         acc = (acc * alpha if rescale_acc else acc) + p @ v[..., start : start + block_n, :]
         m = m_new
     return (acc / total).float()
+
+
+def attention_over(q, k, v, keep: torch.Tensor) -> torch.Tensor:
+    """Attention of each query over the keys `keep` (T, T) allows, in float64: what any kernel
+    that visits exactly those keys returns, however it tiles them. A query with none is 0/0."""
+    q, k, v = (t.double() for t in (q, k, v))
+    s = (q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5).masked_fill(~keep, float("-inf"))
+    p = torch.exp(s - s.amax(dim=-1, keepdim=True))
+    return (p @ v / p.sum(dim=-1, keepdim=True)).float()
+
+
+def key_loops(T: int, tiles: tuple[int, ...]) -> dict[str, torch.Tensor]:
+    """The keys a causal kernel visits when its mask or its key loop stops at the wrong place
+    (the comparison, or the loop's end with tiles of block_m queries and block_n keys)."""
+    rows, cols = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    loops = {
+        "each query misses its own key: the causal mask keeps keys up to and including the "
+        "query's own (cols <= rows), and yours drops the diagonal": cols < rows,
+    }
+    for m in tiles:
+        start = rows // m * m
+        keep = (cols <= rows) & (cols < start)
+        if any(torch.equal(keep, seen) for seen in loops.values()):
+            continue
+        loops[
+            f"the key loop stops before the query tile's own keys (with tiles of {m} queries): "
+            "the first tile's queries see no key at all; loop up to the tile's last query"
+        ] = keep
+        for n in tiles:
+            end = (start + n) // n * n  # range(0, start_m + 1, BLOCK_N) visits tiles up to here
+            keep = (cols <= rows) & (cols < end)
+            if torch.equal(keep, cols <= rows) or any(
+                torch.equal(keep, seen) for seen in loops.values()
+            ):
+                continue  # every key (no mistake), or the same keys as smaller tiles: named once
+            loops[
+                f"the key loop stops after the tile holding the query tile's FIRST query (tiles "
+                f"of {m} queries x {n} keys): later queries of a tile miss keys they may see; "
+                "loop up to the tile's last query"
+            ] = keep
+    return loops

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 
 from ...checks import Part, check, correct
 from ...probes import observe, specimen_rng
@@ -41,6 +42,11 @@ def _naive_mistakes(s: Shape) -> dict[str, int]:
         "the mask counted once per batch and head": right + (heads - 1) * mask,
         "the mask left out": right - mask,
         "q * scale left out (a kernel of its own)": right - 2 * tensor,
+        "the bool (T, T) mask counted in the inputs' dtype (a bool is one byte)":
+            right - mask + mask * e,
+        "the scores moved 4 times, not 6 (q @ k^T writes them; masked_fill and softmax each "
+        "read and write them; probs @ v reads them)": right - 2 * scores,
+        "4 bytes per element whatever the dtype": naive_bytes(replace(s, dtype="float32")),
     }  # fmt: skip
 
 
@@ -56,6 +62,12 @@ def _fused_mistakes(s: Shape) -> dict[str, int]:
             right + 2 * heads * row * (tiles * s.T - loaded),
         "masked rows past T counted as loaded": right + 2 * heads * row * (whole - loaded),
         "the scores written and read as in the naive version": right + 2 * heads * s.T**2 * s.element_bytes,
+        "every tile counted full, q and output rows past T too (a masked lane moves nothing)":
+            heads * row * (2 * tiles * s.block_m + 2 * whole),
+        "query tile i reading key tiles 0..i, which holds only when block_m == block_n":
+            heads * row * (2 * s.T + 2 * sum(min(s.T, (i + 1) * s.block_n) for i in range(tiles))),
+        "the output's write left out (each program stores its rows once)": right - heads * row * s.T,
+        "4 bytes per element whatever the dtype": fused_bytes(replace(s, dtype="float32")),
     }  # fmt: skip
 
 
