@@ -428,7 +428,20 @@ def test_transfer_names_only_causes_its_readings_confirm(wrong, cause):
         assert "convert after the copy" not in exc.summary and "within the 385 KiB" in exc.summary
 
 
-@pytest.mark.parametrize("answer", [to_device, to_device_with_sub_div, python_floats])
+def converted_in_a_non_blocking_copy(batch, device, mean, std):
+    """Valid: one non_blocking .to(device, float32): the uint8 batch crosses and converts on the
+    device (ATen's copy_kernel_cuda: "If non_blocking is true - type conversions are performed
+    on the GPU"; a blocking copy converts on the CPU first)."""
+    images, labels = batch
+    images = images.to(device, torch.float32, non_blocking=True).div_(255)
+    for c, (m, s) in enumerate(zip(mean, std, strict=True)):
+        images[:, c].sub_(m).div_(s)
+    return images, labels.to(device, non_blocking=True)
+
+
+@pytest.mark.parametrize(
+    "answer", [to_device, to_device_with_sub_div, python_floats, converted_in_a_non_blocking_copy]
+)
 def test_transfer_passes_uint8_copies_normalised_on_the_device(answer):
     assert status_of(lesson.check_transfer, answer) == "passed"
 
@@ -436,7 +449,7 @@ def test_transfer_passes_uint8_copies_normalised_on_the_device(answer):
 @pytest.mark.parametrize(
     "wrong, cause",
     [
-        (float_before_copy, "crossed as float32: convert after the copy"),
+        (float_before_copy, "crossed as float32: convert on the device"),
         (pin_then_copy, "pinning is itself a copy"),
         (blocking, "blocking: the images and labels"),
         (lambda b, d, m, s: to_device(b, torch.device("cpu"), m, s), "use the `device` argument"),

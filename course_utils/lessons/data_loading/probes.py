@@ -140,7 +140,9 @@ class TransferSpy(TorchFunctionMode):
         )
         return torch.device(self.cuda_as) if is_cuda else value
 
-    def _crossed(self, kind: str, dst: torch.Tensor, pinned: bool, non_blocking: bool) -> None:
+    def _crossed(
+        self, kind: str, dst: torch.Tensor, pinned: bool, non_blocking: bool, src=None
+    ) -> None:
         if kind == "other":
             self.others.append(
                 {
@@ -151,10 +153,14 @@ class TransferSpy(TorchFunctionMode):
                 }
             )
             return
-        self.crossed_bytes += dst.nbytes  # converted before the copy, if at all
+        # A copy that changes the dtype converts on the device when non_blocking, so the source's
+        # dtype crosses; a blocking one converts on the CPU first (ATen's copy_kernel_cuda:
+        # "If non_blocking is true - type conversions are performed on the GPU")
+        arrived = src if non_blocking and src is not None else dst
+        self.crossed_bytes += dst.numel() * arrived.element_size()
         self.copies.append((pinned, non_blocking))
         self.sources.append(kind)
-        self.dtypes.append(str(dst.dtype).removeprefix("torch."))
+        self.dtypes.append(str(arrived.dtype).removeprefix("torch."))
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -180,7 +186,7 @@ class TransferSpy(TorchFunctionMode):
             if isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor):
                 if dst.device != src.device:
                     flags = self.is_pinned(src), _nb_flag(name, args, kwargs)
-                    self._crossed(self._kind(src), dst, *flags)
+                    self._crossed(self._kind(src), dst, *flags, src=src)
         elif name in _FROM_HOST_DATA and isinstance(out, torch.Tensor) and out.device.type != "cpu":
             # made on the device from Python values: a blocking copy from pageable memory
             self._crossed("other", out, False, False)

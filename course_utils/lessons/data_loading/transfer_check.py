@@ -56,7 +56,8 @@ def check_transfer(to_device) -> list:
     images = _images(seen["out"])
     err = _max_diff(images, want)
     parts = [
-        at_most(
+        _wrong_dtype("values", images, want)
+        or at_most(
             "values",
             err,
             1e-4,
@@ -80,7 +81,8 @@ def check_transfer(to_device) -> list:
         else:
             why = f" (got {_shown(other['out'])}): compare yours with (x / 255 - mean) / std here"
     parts.append(
-        at_most(
+        _wrong_dtype("any size, mean and std", mine, _normalised(x, mean, std))
+        or at_most(
             "any size, mean and std",
             diff,
             1e-4,
@@ -89,6 +91,26 @@ def check_transfer(to_device) -> list:
     )
     pins = int(seen["pins"]) + int(other["pins"])
     return [*parts, *_copies(observe(transfer_on_meta, to_device), pins)]
+
+
+def _wrong_dtype(name: str, images, want: torch.Tensor):
+    """A failed part for floating images of the right shape in another dtype than float32,
+    with how far their values are from `want`; None otherwise."""
+    if not (
+        isinstance(images, torch.Tensor)
+        and images.is_floating_point()
+        and images.dtype != torch.float32
+        and tuple(images.shape) == tuple(want.shape)
+    ):
+        return None
+    off = (images.detach().cpu().double() - want.double()).abs().max().item()
+    return correct(
+        name,
+        False,
+        f"your images are {str(images.dtype).removeprefix('torch.')}, their values within "
+        f"{off:.2g} of ToTensor + Normalize's: return float32, the dtype of the model's weights "
+        "(a float64 mean or std, from numpy or Python's double tensors, promotes the result)",
+    )
 
 
 def _shown(out) -> str:
@@ -202,7 +224,11 @@ def _bytes_diagnosis(meta: dict) -> str:
     images = [d for d, s in zip(dtypes, sources, strict=False) if s == "images"]
     wide = sorted({d for d in images if d != "uint8"})
     if wide:
-        return f": the images crossed as {' and '.join(wide)}: convert after the copy, a quarter of the bytes"
+        return (
+            f": the images crossed as {' and '.join(wide)}: convert on the device, a quarter of "
+            "the bytes (after the copy, or in the same .to() with non_blocking=True, which "
+            "converts on the device; a blocking .to() converts on the CPU first)"
+        )
     if len(images) > 2:
         return f": the images crossed {len(images)} times for 2 batches: copy each batch once"
     return ": compare the bytes of each form a batch could cross in"

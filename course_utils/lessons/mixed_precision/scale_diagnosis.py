@@ -73,6 +73,12 @@ def diagnose(grads, reference, seen: dict, fp32_max: float, zero_limit: float) -
             f"you returned {' and '.join(low)} gradients: the small ones underflow again "
             "there; divide by the scale in float32 and return float32"
         )
+    if scales and scales[-1] < 0.5:
+        return (
+            f"{used}, below 1: the loss was divided by the scale, not multiplied, so the "
+            "gradients shrank further into fp16's underflow before any division could restore "
+            "them; multiply the loss by the scale, then divide the gradients by it"
+        )
     norm = torch.cat([torch.as_tensor(g).float().flatten() for g in grads]).norm()
     ref = torch.cat([r.flatten() for r in reference]).norm()
     ratio = (norm / ref).item()
