@@ -434,10 +434,16 @@ def test_shard_of_one_layer_is_told_which_weight_is_whole_before_any_launch(
     assert "the fewest a split block needs is one all-reduce" in exc.summary
 
 
-def test_shard_of_two_column_layers_is_told_what_raised_before_any_launch(tmp_path, monkeypatch):
+def test_shard_of_two_column_layers_is_told_what_raised_and_its_layout_before_any_launch(
+    tmp_path, monkeypatch
+):
+    """The step raises torch's matmul error; the message adds the layout that made it (both
+    weights Shard(dim=0), column-parallel) and the rule (blind round, test_16_blind)."""
     monkeypatch.setattr(parallel_probes, "start", _no_launch)
     exc = failure(lesson.check_shard, _file(tmp_path, WRONG_BOTH_COLUMNS))
-    assert exc.status == "error"
+    assert exc.status == "failed"
+    assert exc.summary.count("Shard(dim=0) (column-parallel)") == 2, exc.summary
+    assert "then down row-parallel" in exc.summary
 
 
 def test_shard_that_averages_the_partial_outputs_gives_other_numbers(tmp_path):

@@ -84,6 +84,7 @@ def shard_preflight(path) -> dict:
             "type": type(raised).__name__,
             "message": lines[0][:300] if lines else "",
             "where": learner_frame(raised),
+            "layouts": found.pop("layouts", None),  # set where the block's step raised
         }
     return {**found, "raised": raised}
 

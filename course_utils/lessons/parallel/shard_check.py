@@ -31,6 +31,8 @@ def _forward_said(calls: list) -> str:
 def _preflight_parts(found: dict) -> list[Part] | None:
     """The verdict where the pretend world already decides it (None: launch)."""
     raised = found["raised"]
+    if raised is not None and raised.get("layouts"):
+        return [_step_raised(raised)]
     if raised is not None:
         raise LearnerRaised(str(raised["type"]), str(raised["message"]), str(raised["where"]))
     whole_bytes = _whole_bytes()
@@ -57,9 +59,40 @@ def _preflight_parts(found: dict) -> list[Part] | None:
     return None
 
 
+# a Linear's weight is (out features, in features): split by rows it is column-parallel
+STYLE = {"Shard(dim=0)": "column-parallel", "Shard(dim=1)": "row-parallel", "whole": "whole"}
+
+
+def _step_raised(raised: dict) -> Part:
+    """A block that shards but cannot take a step: torch's error, and the layout that made it."""
+    layouts = {n: str(v) for n, v in raised["layouts"].items()}
+    said = ", ".join(f"{n} {v} ({STYLE.get(v, 'another split')})" for n, v in layouts.items())
+    megatron = [STYLE.get(v) for v in layouts.values()] == ["column-parallel", "row-parallel"]
+    rule = (
+        ""
+        if megatron
+        else ". A column-parallel layer's output is split along its features, which only a "
+        "row-parallel layer expects as its input: up column-parallel, then down row-parallel"
+    )
+    return correct(
+        "a step of the sharded block",
+        False,
+        f"a step of your block raised {raised['type']}: {raised['message']}. Your layout: "
+        f"{said}{rule}",
+    )
+
+
 def _whole_bytes() -> int:
     """Bytes of the block's output (float32): the one all-reduce a split block needs."""
     return SHAPE[0] * SHAPE[1] * SHAPE[2] * 4
+
+
+def _grads_off(off: dict[str, float]) -> str:
+    """Which gradients differ from the whole block's, and by how much, largest first."""
+    if not off:
+        return ""
+    said = ", ".join(f"{n} by {d:.2g}" for n, d in sorted(off.items(), key=lambda kv: -kv[1]))
+    return f"; these differ: {said}"
 
 
 def _as_tensor(value) -> torch.Tensor:
@@ -69,7 +102,7 @@ def _as_tensor(value) -> torch.Tensor:
 def _run_parts(ranks: list[dict]) -> list[Part]:
     expected = whole_step()
     atol = THRESHOLDS["output_atol"].value
-    worst_out, worst_grad, missing = 0.0, 0.0, []
+    worst_out, worst_grad, missing, off = 0.0, 0.0, [], {}
     for r in ranks:
         out = _as_tensor(r["output"])
         if out.shape != expected["output"].shape:
@@ -81,7 +114,10 @@ def _run_parts(ranks: list[dict]) -> list[Part]:
             if got is None or _as_tensor(got).shape != want.shape:
                 missing.append(name)
                 continue
-            worst_grad = max(worst_grad, (_as_tensor(got) - want).abs().max().item())
+            diff = (_as_tensor(got) - want).abs().max().item()
+            worst_grad = max(worst_grad, diff)
+            if diff > atol:
+                off[name] = max(off.get(name, 0.0), diff)
     shape_said = (
         ""
         if worst_out != float("inf")
@@ -101,7 +137,8 @@ def _run_parts(ranks: list[dict]) -> list[Part]:
         correct(
             "gradients equal",
             worst_grad <= atol and not missing,
-            f"every parameter's gradient within {worst_grad:.2g} of the whole block's"
+            f"every parameter's gradient within {worst_grad:.2g} of the whole block's (allowed "
+            f"{atol:g})" + _grads_off(off)
             if not missing
             else f"no gradient of the whole shape for {', '.join(sorted(set(missing)))}",
             value=worst_grad,

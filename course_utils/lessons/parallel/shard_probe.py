@@ -86,6 +86,19 @@ def _step(model, device) -> dict:
     }
 
 
+def _layouts(model) -> dict[str, str]:
+    """How each weight is split: a DTensor's placements ("Shard(dim=0)": column-parallel for
+    a Linear's (out, in) weight; "Shard(dim=1)": row-parallel), or "whole"."""
+    params = dict(model.named_parameters())
+    return {
+        n: ", ".join(map(repr, params[n].placements))
+        if hasattr(params[n], "placements")
+        else "whole"
+        for n in WEIGHTS
+        if n in params
+    }
+
+
 def preflight(path: Path) -> dict:
     """shard_block on rank 0 of a pretend world of 2: what it raised, else each weight's
     elements this rank holds and the collectives of a step (their values are not computed)."""
@@ -93,7 +106,10 @@ def preflight(path: Path) -> dict:
         model, raised = _apply(path, torch.device("cpu"))
         if raised is not None:
             return {"raised": raised}
-        seen = _step(model, torch.device("cpu"))
+        try:
+            seen = _step(model, torch.device("cpu"))
+        except Exception as exc:  # the learner's layout fails in the step: say which it was
+            return {"raised": exc, "layouts": _layouts(model)}
     return {"raised": None, "held": seen["held"], "forward": seen["forward"],
             "backward": seen["backward"]}  # fmt: skip
 
