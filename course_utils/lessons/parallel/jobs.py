@@ -160,6 +160,13 @@ SCENARIOS = (
         nodes=4),
     gpt("a PCIe server", 24, 3072, seq_len=4096, global_batch=128, micro_batch=1, nodes=1,
         gpu_memory=24 * GB, gpu_flops=150e12, nvlink=25 * GB, network=12.5 * GB),
+    # added after the blind round: TP tempted past a node (TP over 16 GPUs would fit the
+    # states, but its collectives then cross the network), and micro-batches of 4 sequences
+    # (a model that prices one sequence per micro-batch picks a pipeline here)
+    gpt("a 39B model on 4 nodes", 48, 8192, seq_len=2048, global_batch=32, micro_batch=4,
+        nodes=4),
+    gpt("a 1.2B model on 4 nodes", 24, 2048, seq_len=2048, global_batch=256, micro_batch=4,
+        nodes=4),
 )  # fmt: skip
 EXAMPLE = gpt("the notebook's example", 32, 4096, seq_len=4096, global_batch=64,
               micro_batch=1, nodes=2)  # fmt: skip
