@@ -357,6 +357,25 @@ TECHNIQUES = (
         cost="a bubble of (p - 1) / (m + p - 1) of the step, as GPipe's",
     ),
     Technique(
+        "selective activation checkpointing",
+        8,
+        "15_memory_precision",
+        "checkpoint(block, x, use_reentrant=False, context_fn=partial(create_selective_checkpoint_contexts, policy))",
+        "activations do not fit and full checkpointing's recompute is too slow: save matmuls",
+        ALL_CLASSES,
+        effect="selective activation checkpointing",
+        cost="more memory than full checkpointing; the cheap ops run again (the lesson counts both)",
+    ),
+    Technique(
+        "float8 matmuls with rowwise scaling",
+        None,
+        "15_memory_precision",
+        "convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name('rowwise'))",
+        "matmul-bound steps on H100-class GPUs (sm_89+), with torchao",
+        ("cuda-tensorcore",),
+        cost="e4m3's 3 mantissa bits: numerics to verify on your model (the lesson measures them)",
+    ),
+    Technique(
         "a fused kernel of your own (Triton)",
         None,
         "17_triton_kernels",
@@ -365,6 +384,16 @@ TECHNIQUES = (
         GPU,
         effect="fused attention",
         cost="a kernel to write, test against torch and maintain; the interpreter only checks it",
+    ),
+    Technique(
+        "all of it together on a transformer: a speed-run to a target loss",
+        None,
+        "18_speedrun",
+        'recipe = lesson.Recipe(steps, rows, lr, schedule=True, packing=True, attention="sdpa")',
+        "a fixed validation loss: time to target, with an ablation of the levers that paid",
+        ALL_CLASSES,
+        effect="the transformer speed-run",
+        cost="levers that pay on a GPU (bf16, compile) can cost time on a CPU: measure each",
     ),
 )
 

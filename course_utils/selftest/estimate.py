@@ -96,8 +96,10 @@ CPU_RATIO: dict[str, tuple[float, float]] = {
     "12": (1.73, 0.53),
     "13": (1.04, 0.68),
     "14": (3.09, 4.34),
+    "15": (0.65, 0.64),
     "16": (1.28, 0.48),
     "17": (0.81, 0.64),
+    "18": (1.75, 1.0),
 }
 BUDGET_QUICK_S, BUDGET_FAST_GPU_S, BUDGET_S = 60.0, 120.0, 300.0
 FAST_GPUS = ("A100", "H100", "H200", "GH200", "B200")
@@ -169,6 +171,13 @@ COSTS = {
         "one launch of 2 processes (4 plans, 3 strategies, 2 precision policies, a checkpoint; "
         "3 timing rounds of 1 step quick, 7 of 3 full) and 4 pretend-world peaks: host-bound",
     ),
+    "15": NotebookCost(
+        Cost(1, 0, 15),
+        Cost(1, 0, 15),
+        "one GPT of 2 blocks (width 64, batch 4 x 128) stepped about 12 times under dispatch "
+        "modes that count bytes and FLOPs (none, selective, full, offload; the check's replay), "
+        "float8 casts of a few 256 x 256 tensors: host-bound, the same in both modes",
+    ),
     "16": NotebookCost(
         Cost(1, 100, 40),
         Cost(2, 200, 80),
@@ -182,6 +191,14 @@ COSTS = {
         "attention's peak memory at 3 (quick) or 4 (full, T up to 2048) lengths, operators "
         "counted on the meta device, and small Triton kernels run in the interpreter on the CPU "
         "(about 10 checks' worth of interpreted launches): host-bound",
+    ),
+    "18": NotebookCost(
+        Cost(750, 700, 10),
+        Cost(50_000, 1_700, 20),
+        "the GPT's training steps, 6 x parameters (0.12M quick, 0.85M full) x tokens: the "
+        "baseline's first tenth (400 steps of 8 x 128 quick, 1,200 of 8 x 256 full: 0.25 and "
+        "12.5 TFLOP) and the ablation's variants of the reference (up to 4 of 50 steps of "
+        "16 x 128 quick, 100 of 64 x 256 full: 0.5 and 33 TFLOP), one thread on a CPU",
     ),
 }  # "11": course_utils/lessons/capstone/selftest.py COST, counted from the capstone's sizes
 

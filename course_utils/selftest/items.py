@@ -31,8 +31,10 @@ LESSONS = {
     "12": ("12_transformers", "transformers"),
     "13": ("13_fsdp", "fsdp"),
     "14": ("14_timeline_compile", "timeline"),
+    "15": ("15_memory_precision", "memory"),
     "16": ("16_tensor_pipeline", "parallel"),
     "17": ("17_triton_kernels", "kernels"),
+    "18": ("18_speedrun", "speedrun"),
 }
 CHECK, EFFECT = "check", "effect"
 

@@ -21,6 +21,7 @@ from ...device import amp_dtype, autocast, get_device, synchronize
 from ...errors import HeldOutUsed
 from ...measure import steady_cpu
 from ...probes import probe, raised
+from ...watching import cpu_seconds
 from .data_path import decode_all, device_batches
 from .recipe import grad_scaler, make_model, make_optimizer, tuned_recipe
 from .splits import Relabelled, small_subset, training_set
@@ -35,16 +36,6 @@ from .watch import (
 
 WARM_UP_BATCHES = 3  # the tuned recipe's first batches, untimed, before the first timed call
 PREDICT_BATCH = 500  # held-out images per forward of the returned model
-
-
-def cpu_seconds() -> float:
-    """CPU seconds of this process (all threads) and of its child processes that finished."""
-    try:
-        import resource
-    except ImportError:  # Windows: this process only
-        return time.process_time()
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + kids.ru_utime + kids.ru_stime
 
 
 def _warm_steps() -> None:

@@ -60,8 +60,7 @@ def run_steps(step: AccumStep, model: nn.Module, batches: list, max_norm: float)
     try:
         with HostReads() as reads:
             norms = [
-                step(model, nn.functional.mse_loss, micro, optimizer, max_norm)
-                for micro in batches
+                step(model, nn.functional.mse_loss, micro, optimizer, max_norm) for micro in batches
             ]
     finally:
         hook.remove()
