@@ -59,16 +59,19 @@ class ReferenceUsed(CourseError):
 
 
 class HeldOutUsed(ReferenceUsed):
-    """Raised when the learner's code reads a held-out split while a check runs."""
+    """Raised when the learner's code reads a held-out split while a check runs. `data` and
+    `train` name the lesson's data and training split (lesson 11's images, lesson 18's text)."""
 
-    def __init__(self, name: str):
+    def __init__(
+        self, name: str, data: str = "images", train: str = "train_set", split: str = "test split"
+    ):
         self.name = name
         CourseError.__init__(
             self,
-            f"your code used the held-out test split (`{name}`) while the check ran: a run "
-            "that looks at the test split, to stop early or to pick settings, has tuned itself "
-            "to those images, so its score no longer says how it does on new ones. Train and "
-            "decide on train_set only (hold out part of it if you want a validation score)",
+            f"your code used the held-out {split} (`{name}`) while the check ran: a run that "
+            f"looks at it, to stop early or to pick settings, has tuned itself to those {data}, "
+            f"so its score no longer says how it does on new ones. Train and decide on {train} "
+            "only (hold out part of it if you want a validation score)",
         )
 
 

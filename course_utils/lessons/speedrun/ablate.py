@@ -48,11 +48,19 @@ def interleave_segments(runs: dict, names: list[str]) -> dict:
     return last
 
 
+PREDICTING: list[bool] = []  # non-empty while 18-ablation's check asks for the prediction
+
+
 def measure(recipe: Recipe, seed: int = 0) -> dict[str, float]:
     """Per lever undone: the variant's projected time for the recipe's real tokens over the
     recipe's own (above 1: the lever buys time). A projection is the variant's one-time cost
     (setup and its first segment: compilation, first kernels) plus its seconds per real token
     over the timed segments times the real tokens the recipe trains."""
+    if PREDICTING:
+        raise RuntimeError(
+            "biggest_lever asks for a prediction: lesson.measure times the ablation the check "
+            "measures itself; decide from what each lever did in the lesson's sections"
+        )
     clock = "cpu" if get_device().type == "cpu" else "wall"
     recipes = variants(recipe)
     names = list(recipes)

@@ -16,13 +16,15 @@ THRESHOLDS = {
     # the top one costs (gain = projected time without it / the recipe's - 1): two levers
     # closer than this are a tie on a shared machine, and either answer is right.
     "tie": Threshold(
-        0.6,
+        0.4,
         "ablate.measure of the reference recipe (quick mode, fp32, 2-core cpu-bf16 machine beside "
         "other work, one thread, CPU seconds, 2026-12-07), gain = cost - 1 of each lever undone: "
         "packing 0.38/0.37/0.38, attention 0.34/0.37/0.25 (40, 40 and 24 steps timed): the two "
         "levers trade places within the noise, the second's gain 0.66-1.0 of the first's; "
         "foreach AdamW -0.03/-0.09 and bf16 autocast -0.37 (in a bf16 recipe: it costs time on this CPU) stay far "
-        "below. 0.6 passes either of the tied levers and fails the others",
+        "below. Beside a full test suite the second fell to 0.54 of the first (attention 1.21x, "
+        "packing 1.39x), which 0.6 failed: 0.4 passes either of the tied levers there too and "
+        "still fails every lever whose gain is 0 or negative",
     ),
 }
 

@@ -134,7 +134,12 @@ def check_speedrun(speedrun, my_recipe):
             others = [0, *keys[:i]]
             seen, elapsed = observe_timed(speedrun_watched, speedrun, key, val, [key, *others])
             if seen["held_out"] is not None:
-                raise HeldOutUsed(f"the validation text, through {seen['held_out']}")
+                raise HeldOutUsed(
+                    f"the validation text, through {seen['held_out']}",
+                    data="documents",
+                    train="the training text",
+                    split="validation split",
+                )
             if broken := rules.returned_model(seen):
                 return broken
             if broken := rules.declared_budget(seen, recipe.slots(), i):

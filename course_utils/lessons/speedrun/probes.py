@@ -79,8 +79,15 @@ def recipe_of(my_recipe) -> dict:
 
 @probe
 def prediction_of(biggest_lever) -> str:
-    """The lever the learner predicts buys the most (a name; anything else as its repr)."""
-    answer = biggest_lever()
+    """The lever the learner predicts buys the most (a name; anything else as its repr);
+    lesson.measure refuses meanwhile (ablate.PREDICTING)."""
+    from .ablate import PREDICTING
+
+    PREDICTING.append(True)
+    try:
+        answer = biggest_lever()
+    finally:
+        PREDICTING.clear()
     return answer if isinstance(answer, str) else repr(answer)
 
 
