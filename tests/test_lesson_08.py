@@ -400,7 +400,7 @@ def test_the_accumulation_thresholds_hold_on_every_specimen():
     """Does every first micro-batch's partial gradient exceed accum_acts (so a clip after any
     backward acts), and every norm of the compared steps stay far below accum_idle?"""
     from course_utils.lessons.clipping import accumulation
-    from course_utils.lessons.clipping.checks import ACCUM_K, ACCUM_SEEDS
+    from course_utils.lessons.clipping.accum_check import ACCUM_K, ACCUM_SEEDS
 
     acts, idle = lesson.THRESHOLDS["accum_acts"].value, lesson.THRESHOLDS["accum_idle"].value
     for seed in ACCUM_SEEDS:
@@ -418,7 +418,7 @@ def test_accum_atol_passes_the_reference_on_every_specimen_and_no_mistake_where_
     reference ends within a tenth of accum_atol of the whole batch's steps, and each replayed
     mistake either equals them (summed losses under an acting clip) or misses by 10x it."""
     from course_utils.lessons.clipping import accum_mistakes, accumulation
-    from course_utils.lessons.clipping.checks import ACCUM_K, ACCUM_SEEDS
+    from course_utils.lessons.clipping.accum_check import ACCUM_K, ACCUM_SEEDS
 
     atol = lesson.THRESHOLDS["accum_atol"].value
     for seed in ACCUM_SEEDS:

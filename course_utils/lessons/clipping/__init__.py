@@ -1,8 +1,8 @@
 """Lesson 08, gradient clipping: what the notebook uses, re-exported."""
 
+from .accum_check import check_accumulated_clipped_step
 from .checks import (
     THRESHOLDS,
-    check_accumulated_clipped_step,
     check_choose_max_norm,
     check_clipped_step,
     check_total_norm,

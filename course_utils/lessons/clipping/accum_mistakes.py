@@ -1,6 +1,6 @@
 """Lesson 08's exercise 4 (08-accum-clip), decided on the check's side: accumulated steps that
 each make one known mistake, replayed on the learner's specimen to confirm a cause before a
-message names it (checks._accum_mistake, checks._accum_norm). Nothing here runs the learner's
+message names it (accum_check._accum_mistake, accum_check._accum_norm). Nothing here runs the learner's
 code: the probes (probes.py) do."""
 
 from __future__ import annotations

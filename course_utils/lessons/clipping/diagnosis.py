@@ -16,6 +16,13 @@ from ...amp_calls import Event
 from . import demo
 
 
+def as_float(value) -> float | None:
+    """A returned norm as a float: a one-element tensor or a number; None for anything else."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return float(value)
+    return float(value) if isinstance(value, int | float) else None
+
+
 def _backward(model, loss_fn, x, y, optimizer) -> list[torch.Tensor]:
     optimizer.zero_grad(set_to_none=True)
     loss_fn(model(x), y).backward()

@@ -4,7 +4,7 @@
 accumulated steps with clipped steps on the whole batch. The learner edition has neither
 (`reference_clipped_step`, `accumulation._whole_batch_step`), so that its self-checks still
 say right or wrong, `course release` runs them on the notebook's specimens (the first of
-checks.STEP_SEEDS, ACCUM_SEEDS and ACCUM_K) and writes the parameters and norms they give into
+checks.STEP_SEEDS, accum_check.ACCUM_SEEDS and ACCUM_K) and writes the parameters and norms they give into
 shipped_steps.py, values and no code. The judge of `course grade` draws other specimens too,
 and always has the references; the grading kernel's harness is built without the shipped file.
 """
@@ -96,7 +96,8 @@ def shipped_source(step_seed: int, accum_seed: int, k: int, accum_norms: tuple) 
 def write_shipped(package: Path) -> Path:
     """Write shipped_steps.py into the edition's copy of this package (`package`: its
     course_utils folder), for the specimens a notebook's checks use."""
-    from .checks import ACCUM_K, ACCUM_SEEDS, STEP_SEEDS, THRESHOLDS
+    from .accum_check import ACCUM_K, ACCUM_SEEDS
+    from .checks import STEP_SEEDS, THRESHOLDS
 
     norms = (THRESHOLDS["accum_acts"].value, THRESHOLDS["accum_idle"].value)
     path = Path(package) / "lessons" / "clipping" / SHIPPED
