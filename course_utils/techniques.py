@@ -1,11 +1,9 @@
 """Every technique the course teaches, once: the guide's tip, the lesson, the one line of code.
 
-Kuhn's *Faster Deep Learning Training with PyTorch – a 2021 Guide*
-(https://efficientdl.com/faster-deep-learning-in-pytorch-a-guide/) numbers its tips 1-17; the
-lessons cite those numbers (tests/test_citations.py reads them from here) and the book's cheat
-sheet is built from this table and the committed results (course_utils.references), so no
-figure or tip number is typed twice. Techniques beyond the guide, and combinations of its tips,
-have `tip=None`.
+`tip` is the number of Kuhn's guide (course_utils.guide): the lessons cite those numbers
+(tests/test_citations.py reads them from here) and the book's cheat sheet is built from this
+table and the committed results (course_utils.references), so no figure or tip number is typed
+twice. Techniques beyond the guide, and combinations of its tips, have `tip=None`.
 
 `effect` ties a row to the one `cu.effect` headline that measures that very technique (the start
 of its name, tests/test_techniques.py holds every call to exactly one row of its lesson): an
@@ -18,27 +16,6 @@ from dataclasses import dataclass
 
 ALL_CLASSES = ("cuda-tensorcore", "cuda", "cpu-bf16", "cpu", "mps")
 GPU = ("cuda-tensorcore", "cuda")
-
-# The guide's own numbering and titles.
-GUIDE_TIPS = {
-    1: "Consider using another learning rate schedule",
-    2: "Use multiple workers and pinned memory in DataLoader",
-    3: "Max out the batch size",
-    4: "Use Automatic Mixed Precision (AMP)",
-    5: "Consider using another optimizer",
-    6: "Turn on cuDNN benchmarking",
-    7: "Beware of frequently transferring data between CPUs and GPUs",
-    8: "Use gradient/activation checkpointing",
-    9: "Use gradient accumulation",
-    10: "Use DistributedDataParallel for multi-GPU training",
-    11: "Set gradients to None rather than 0",
-    12: "Use .as_tensor() rather than .tensor()",
-    13: "Turn off debugging APIs if not needed",
-    14: "Use gradient clipping",
-    15: "Turn off bias before BatchNorm",
-    16: "Turn off gradient computation during validation",
-    17: "Use input and batch normalization",
-}
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from course_utils.techniques import TECHNIQUES, tips_of
 
 SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
 
-# The guide's own numbering lives in course_utils.techniques (GUIDE_TIPS), with each
-# technique's lesson: a lesson must cite every tip it teaches.
+# The guide's own numbering lives in course_utils.guide (GUIDE_TIPS), and course_utils.techniques
+# ties each tip to its lesson: a lesson must cite every tip it teaches.
 TIPS = {t.lesson: tips_of(t.lesson) for t in TECHNIQUES if t.tip is not None}
 
 

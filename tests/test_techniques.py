@@ -3,7 +3,8 @@
 from pathlib import Path
 
 from course_utils.device import CHANNELS_LAST
-from course_utils.techniques import ALL_CLASSES, GUIDE_TIPS, TECHNIQUES
+from course_utils.guide import GUIDE_TIPS
+from course_utils.techniques import ALL_CLASSES, TECHNIQUES
 
 ROOT = Path(__file__).resolve().parents[1]
 

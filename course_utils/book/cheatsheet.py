@@ -4,8 +4,9 @@ measured, with metric and direction. Cards, not a table: they read on a phone as
 
 from __future__ import annotations
 
-from ..techniques import ALL_CLASSES, GUIDE_TIPS, TECHNIQUES, Technique
-from .landing import GUIDE
+from .. import guide
+from ..guide import GUIDE_TIPS
+from ..techniques import ALL_CLASSES, TECHNIQUES, Technique
 from .results import measured, run_name
 from .runs import Run, figure, repo_link
 
@@ -13,7 +14,7 @@ INTRO = f"""\
 # Cheat sheet
 
 Every technique the course teaches, by lesson. *Tip* is the tip number of Kuhn's
-[Faster Deep Learning Training with PyTorch – a 2021 Guide]({GUIDE}). *Measured* is the
+[{guide.TITLE}]({guide.URL}). *Measured* is the
 lesson's headline effect on that technique, read from the runs (this book's run and those
 committed in `docs/results`), each with its metric, its direction and the file it comes from.
 """

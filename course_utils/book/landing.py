@@ -3,10 +3,9 @@ how long each lesson took in the run the pages show (read from the report, never
 
 from __future__ import annotations
 
+from .. import guide
 from ..techniques import TECHNIQUES
 from .runs import Run, fmt_seconds
-
-GUIDE = "https://efficientdl.com/faster-deep-learning-in-pytorch-a-guide/"
 
 WHO = """\
 ## Who it is for
@@ -66,7 +65,7 @@ def landing_page(titles: dict[str, str], run: Run, committed: list[Run], repo: s
         "A graded course on making PyTorch training faster, one technique per notebook, each "
         "measured honestly on the device at hand: a laptop CPU, a Colab T4 or a big GPU. It "
         "follows Lorenz Kuhn's "
-        f"[*Faster Deep Learning Training with PyTorch – a 2021 Guide*]({GUIDE}), corrected "
+        f"[*{guide.TITLE}*]({guide.URL}), corrected "
         "and brought up to date, and goes beyond it (transformers, FSDP).",
         "",
         "## What you will learn",
