@@ -8,8 +8,9 @@ changed them.
 CI's tier (README, Contributing): `.ci/run` must stay within 30 minutes on a 2-core machine,
 so some costly cases run only with COURSE_TESTS=all (pytest_collection_modifyitems): of a test
 that grades through the judge in a kernel of its own (its name says judged, judge or
-remotely: 5-30 s a case), CI runs the first case; the tests in LONG_TIER (re-measurements of a
-threshold's evidence, repeats of what another test runs) run only in the long tier.
+remotely: 5-30 s a case), and of the timed checks' tests in FIRST_CASE_ONLY, CI runs the first
+case; the tests in LONG_TIER (re-measurements of a threshold's evidence, repeats of what another
+test runs) run only in the long tier.
 """
 
 from __future__ import annotations
@@ -90,7 +91,37 @@ LONG_TIER = {  # test function -> why CI leaves it to COURSE_TESTS=all
     "mistake_where_it_differs": "a threshold's evidence on every specimen (18 s)",
     "tests/test_lesson_00_attacks.py::test_step_timer_fails_the_attacks_under_fresh_draws": "its "
     "attacks are graded judged in CI (test_judged_remotely_the_attacks_fail, first case)",
+    "tests/test_lesson_06.py::test_ddp_check_passes_the_solution_script": "the solution's "
+    "launch is graded judged in CI (test_the_solution_passes_when_judged_outside_...)",
+    "tests/test_lesson_06.py::test_ddp_check_names_a_forgotten_set_epoch": "the colleague's "
+    "script, graded in CI, has this fault among its three",
+    "tests/test_lesson_06.py::test_ddp_check_names_the_global_batch_used_on_every_rank": "the "
+    "colleague's script, graded in CI, has this fault among its three",
+    "tests/test_lesson_10.py::test_fast_train_check_passes_the_reference_fix": "the judged test "
+    "passes the reference in CI",
+    "tests/test_lesson_11.py::test_the_reference_speedrun_reaches_the_target_faster_than_the_"
+    "baseline": "a threshold's evidence (3 pairs, 23 s); the judged test passes the reference "
+    "on one pair in CI",
 }
+
+
+# Parametrized tests whose every case costs seconds (CI at 8cb8d60: 4-8 s a case on the 2-core
+# machine) and exercises the same machinery: CI runs the first case, as for a judged test, and
+# COURSE_TESTS=all the rest.
+TIMED = "a timed check, about 5 s a case"
+FIRST_CASE_ONLY = {
+    "tests/test_lesson_00.py::test_step_timer_check_closes_issue_34s_holes_and_names_the_cause": TIMED,
+    "tests/test_lesson_00.py::test_step_timer_check_names_ignored_arguments_and_the_statistic": TIMED,
+    "tests/test_lesson_00.py::test_step_timer_check_fails_and_names_the_mistake": TIMED,
+    "tests/test_lesson_00.py::test_slowest_op_check_fails_and_names_the_mistake": "a profiled step",
+    "tests/test_lesson_02.py::test_throughput_sweep_fails_miscounts_steps_per_second_one_step_and_"
+    "cold_timing": TIMED,
+    "tests/test_lesson_10.py::test_fast_train_check_fails_a_single_fix_on_speed_naming_the_"
+    "biggest_remaining_cost": "a timed check, 12 s a case",
+    "tests/test_lesson_14.py::test_compile_plan_fails_the_half_understood_answers": "compiles",
+    "tests/test_forgery.py::test_a_forgery_earns_nothing_on_gradescope_either": "an autograder "
+    "run each; test_forgery grades these forgeries through `course grade` in CI",
+}  # fmt: skip
 
 
 def pytest_collection_modifyitems(config, items):
@@ -104,6 +135,11 @@ def pytest_collection_modifyitems(config, items):
         if function in LONG_TIER:
             reason = f"long tier ({LONG_TIER[function]}): COURSE_TESTS=all runs it"
             item.add_marker(pytest.mark.skip(reason=reason))
+        elif "[" in item.nodeid and function in FIRST_CASE_ONLY:
+            if function in seen:
+                reason = f"a further case ({FIRST_CASE_ONLY[function]}): COURSE_TESTS=all runs it"
+                item.add_marker(pytest.mark.skip(reason=reason))
+            seen.add(function)
         elif "[" in item.nodeid and JUDGED.search(function.rsplit("::", 1)[-1]):
             if function in seen:
                 item.add_marker(later)

@@ -17,14 +17,14 @@ from course_utils.authoring import code, learner_copy, write
 from course_utils.grading import grade
 
 CELL_TIMEOUT = 10  # the two hangs wait this long; nothing honest here takes a second
-# CI grades one attack of each kind (an exit, a signal, an unkillable hang, a patched kernel,
-# a hook, a process left behind, a replay, a rewritten check, a value that equals anything):
-# 14 of 37 notebooks, to keep `.ci/run` within 30 minutes; COURSE_TESTS=all grades them all
+# CI grades one attack of each kind (an exit, an interrupt, a signal to the grader, an
+# unkillable hang, a patched kernel, a hook, a process left behind, a replay, a rewritten
+# check, a value that equals anything): 10 of 37 notebooks, to keep `.ci/run` within 30
+# minutes; COURSE_TESTS=all grades them all
 IN_CI = {
-    "forge-keyboardinterrupt", "forge-os-exit", "forge-sigkill-self", "forge-escape-from-eq",
-    "forge-cell-after-checks", "forge-then-unkillable-hang", "patch-session-send",
-    "post-run-hook-clear-and-forge", "bg-writer-rewrites-notebooks", "env-and-fd-outbox",
-    "kill-parent", "replay-captured-genuine", "swap-check-code", "always-equal-object",
+    "forge-keyboardinterrupt", "forge-os-exit", "kill-parent", "forge-then-unkillable-hang",
+    "patch-session-send", "post-run-hook-clear-and-forge", "bg-writer-rewrites-notebooks",
+    "replay-captured-genuine", "swap-check-code", "always-equal-object",
 }  # fmt: skip
 GRADED = [a for a in ATTACKS if os.environ.get("COURSE_TESTS") == "all" or a.id in IN_CI]
 

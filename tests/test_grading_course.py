@@ -16,14 +16,15 @@ ROOT = Path(__file__).resolve().parents[1]
 LEARNER = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 pytestmark = pytest.mark.timeout(1800)
-# CI grades six untouched copies with --checks-only (demo cells skipped): 02b (a class as an
-# answer), 06 (files written by %%writefile, checked under torchrun), 11 (the capstone), and
-# 01, 02 and 12, whose untouched copies tests/test_learner_path.py leaves to COURSE_TESTS=all.
+# CI grades seven untouched copies with --checks-only (demo cells skipped): 06 (files written
+# by %%writefile, checked under torchrun), 11 (the capstone), and 01, 02, 02b (a class as an
+# answer), 12 and 16, whose untouched copies tests/test_learner_path.py leaves to
+# COURSE_TESTS=all.
 # That file runs every other untouched copy as a learner does, and COURSE_TESTS=all grades
 # every notebook here, every demo included, on the lessons' reference answers.
 ALL = os.environ.get("COURSE_TESTS") == "all"
 IN_CI = ("01_one_cycle", "02_batch_size", "02b_large_batch", "06_ddp", "11_capstone")
-IN_CI += ("12_transformers",)
+IN_CI += ("12_transformers", "16_tensor_pipeline")
 
 
 def _rows(out: Path) -> list[dict]:
