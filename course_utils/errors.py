@@ -58,6 +58,19 @@ class ReferenceUsed(CourseError):
         )
 
 
+class ToolUsed(ReferenceUsed):
+    """Raised when the learner's code calls a harness tool that is the answer of the exercise
+    being graded (lesson 00's timer and profiler: guards.lesson_tool)."""
+
+    def __init__(self, name: str, what: str):
+        self.name = name
+        CourseError.__init__(
+            self,
+            f"your code called `{name}`, {what}: this exercise asks you to write that part "
+            "yourself (everywhere else the course uses it freely)",
+        )
+
+
 class HeldOutUsed(ReferenceUsed):
     """Raised when the learner's code reads a held-out split while a check runs. `data` and
     `train` name the lesson's data and training split (lesson 11's images, lesson 18's text)."""

@@ -9,11 +9,13 @@ torch's classes are patched for the length of the block, then put back.
 - `weight_sources`: the tensors alive before the call, and which storages received their
   values in it (copied in, deep-copied, loaded with torch.load).
 - `cpu_seconds`: the clock a timed call is read on, on a CPU.
+- `watched_call`: one timed call with those watches (and a lesson's own) around it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import time
 from collections.abc import Iterator
@@ -188,3 +190,60 @@ def weight_sources() -> Iterator[Sources]:
         for cls, original in deepcopies.items():
             cls.__deepcopy__ = original
         sources.before.clear()
+
+
+@dataclass
+class WatchedCall:
+    """One timed call of a speed-run, as both lessons' checks read it. `held_out`: the held-out
+    reader it called (raised, or caught by the learner's code), which voids the rest; `watches`:
+    what each extra watch yielded, in the order given."""
+
+    model: object
+    held_out: str | None
+    wall: float
+    cpu: float
+    children_left: int
+    stale: list[str]
+    from_before: dict
+    watches: tuple
+
+
+def watched_call(speedrun, data, watches=(), device=None) -> WatchedCall:
+    """`speedrun(data)` on one thread, synchronised before each clock, with module births,
+    weight sources and `watches` (context managers) around it; a learner's set_num_threads
+    does not last. The watches start before the clocks (the tensor census costs ~50 ms)."""
+    from . import guards
+    from .device import synchronize
+    from .errors import HeldOutUsed
+    from .measure import steady_cpu
+
+    guards.held_out_reads.clear()
+    children = set(multiprocessing.active_children())
+    held_out = None
+    with steady_cpu(1), contextlib.ExitStack() as stack:
+        threads = torch.get_num_threads()
+        born = stack.enter_context(module_births())
+        sources = stack.enter_context(weight_sources())
+        entered = tuple(stack.enter_context(w) for w in watches)
+        synchronize(device)
+        t0, cpu0 = time.perf_counter(), cpu_seconds()
+        try:
+            model = speedrun(data)
+        except HeldOutUsed as exc:  # raised inside, and not caught by the learner's code
+            held_out, model = exc.name, None
+        finally:
+            torch.set_num_threads(threads)
+        synchronize(device)
+        wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
+        earlier = sources.from_before(model) if isinstance(model, nn.Module) else {}
+    held_out = held_out or next(iter(guards.held_out_reads), None)  # caught inside
+    return WatchedCall(
+        model=model,
+        held_out=held_out,
+        wall=wall,
+        cpu=cpu,
+        children_left=len(set(multiprocessing.active_children()) - children),
+        stale=stale(model, born) if isinstance(model, nn.Module) else [],
+        from_before=earlier,
+        watches=entered,
+    )

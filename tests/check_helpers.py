@@ -45,3 +45,19 @@ def cells_of(notebook: str, *cell_ids: str, **names) -> dict:
     for cell_id in cell_ids:
         exec(compile(cells[cell_id], f"{notebook}:{cell_id}", "exec"), namespace)
     return namespace
+
+
+def edition_attack(name: str, function: str, **names):
+    """The function an attack of the edition's blind red team defines (its source, a constant
+    of tests/redteam/test_edition_blind.py), defined here beside `names` (the notebook's, such
+    as `lesson`): the same specimen in both tests."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent / "redteam" / "test_edition_blind.py"
+    spec = importlib.util.spec_from_file_location("_edition_blind", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    space: dict = dict(names)
+    exec(compile(getattr(module, name), f"<edition attack {name}>", "exec"), space)
+    return space[function]

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from check_helpers import cells_of, failure, not_attempted, status_of
+from check_helpers import cells_of, edition_attack, failure, not_attempted, status_of
 from judge_helpers import remote_verdict
+from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
+import course_utils as cu
 from course_utils.lessons import measuring as lesson
 
 # --- exercise 1: step timer -----------------------------------------------------------------
@@ -382,6 +384,42 @@ def layers(d):
 def test_flops_check_fails_and_names_the_miscount(wrong, cause):
     exc = failure(lesson.check_train_flops, wrong)
     assert exc.status == "failed" and cause in exc.summary
+
+
+def test_step_timer_check_refuses_the_courses_own_timer_wrapped_as_the_answer():
+    """The edition's blind red team's timer: cu.time_fn around step + sync (2/2 before)."""
+    exc = failure(lesson.check_step_timer, edition_attack("TIMER", "time_step"))
+    assert exc.status == "failed" and "your code called `time_fn`" in exc.summary, exc.summary
+
+
+def test_slowest_op_check_refuses_the_lessons_own_profiler_as_the_answer():
+    """The edition's blind red team's answer: lesson.profile_step + the largest self time."""
+    attack = edition_attack("SLOWEST", "slowest_op", lesson=lesson)
+    exc = failure(lesson.check_slowest_op, attack)
+    assert exc.status == "failed" and "your code called `profile_step`" in exc.summary
+
+
+def counted_on_meta(batch, dims):
+    """The count, not a prediction: the stack run on the meta device under FlopCounterMode."""
+    model = nn.Sequential(*[nn.Linear(a, b) for a, b in zip(dims, dims[1:], strict=False)]).to(
+        "meta"
+    )
+    x = torch.empty(batch, dims[0], device="meta")
+    return cu.flops(lambda: model(x).sum().backward())
+
+
+def test_flops_check_fails_a_count_made_by_running_the_model_and_says_so():
+    exc = failure(lesson.check_train_flops, counted_on_meta)
+    assert "dispatched aten.addmm" in exc.summary and "ran a model" in exc.summary, exc.summary
+
+
+def test_flops_check_passes_a_formula_written_with_torch_arithmetic():
+    def with_torch(batch, dims):
+        d = torch.tensor(dims)
+        products = d[:-1] * d[1:]
+        return int(2 * batch * (3 * products.sum() - products[0]))
+
+    assert lesson.check_train_flops(with_torch).status == "passed"
 
 
 def test_flops_check_reports_not_attempted():

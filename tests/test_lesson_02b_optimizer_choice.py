@@ -171,3 +171,45 @@ def test_judged_remotely_a_wrong_answer_fails_as_in_a_notebook(monkeypatch):
     assert here.status == there["status"] == "failed", there["message"]
     numbers = re.compile(r"\d+")  # the races' steps and spreads: scaled by the judge's draw
     assert numbers.sub("N", there["message"]) == numbers.sub("N", here.summary)
+
+
+# --- the judge's draws ---------------------------------------------------------------------------
+
+
+def test_every_drawn_race_keeps_its_decision_and_exposes_its_shortcut():
+    """200 draws of each race, as the judge draws them: the margin rule (both ways) decides
+    each as lars_races says, and each shortcut still misses the race that exposes it."""
+    import random
+
+    from course_utils.lessons.large_batch.lars_probes import races_of
+    from course_utils.lessons.large_batch.lars_races import RACE_NAMES, draw_race
+
+    exposes = {
+        "a win inside the noise": (fewest_steps, ten_percent_strict, ten_percent),
+        "the fastest is not the most accurate": (most_accurate,),
+        "AdamW never reached the target": (always_adamw,),
+        "nobody reached the target": (no_none,),
+        "a win inside AdamW's spread only": (fastest_spread_only,),
+        "a gap equal to the spread": (gap_at_least_spread,),
+    }
+    for seed in range(200):
+        rng = random.Random(seed)
+        for name in RACE_NAMES:
+            table, want, _ = draw_race(name, rng)
+            races = races_of(table)
+            assert by_margin(races) == by_keys_and_intervals(races) == want, (seed, name, table)
+            for wrong in exposes.get(name, ()):
+                assert wrong(races) != want, (seed, name, wrong.__name__, table)
+
+
+def test_the_notebooks_races_are_the_first_draws():
+    """In a notebook every draw is the first option: the races this file's messages and the
+    red team's cases were measured on."""
+    from course_utils.lessons.large_batch.lars_races import draw_race
+    from course_utils.probes import specimen_rng
+
+    table, want, why = draw_race("a win inside the noise", specimen_rng())
+    assert table[ADAMW] == (40, 6, 0.61) and want == ADAMW
+    assert why.startswith("LAMB's 5 fewer steps are less than its spread of 7 steps")
+    table, _, _ = draw_race("the fastest is not the most accurate", specimen_rng())
+    assert sorted(table.values()) == [(50, 4, 0.61), (80, 5, 0.66), (120, 10, 0.70)]

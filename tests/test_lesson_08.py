@@ -252,11 +252,11 @@ def test_max_norm_fails_a_rule_that_trims_a_fixed_five_percent():
     assert "8% spikes" in summary and "among the spikes" in summary, summary
 
 
-@pytest.mark.parametrize("seed", [4, 14])  # the seeds the check draws for the fifth history
+@pytest.mark.parametrize("seed", [4, 14])  # a notebook's seed for the fifth history, and another
 def test_the_spike_heavy_history_fails_fixed_trims_and_passes_robust_rules(seed):
-    """The fifth history's evidence on both seeds a run can draw: the median, the 90th
-    percentile, a 10%-trimmed mean and the geometric mean land within half to ten times the
-    bulk; a 5%-trimmed mean, the 95th percentile and the maximum after dropping 5% do not.
+    """The fifth history's evidence on two seeds (the judge's draws: further below): the
+    median, the 90th percentile, a 10%-trimmed mean and the geometric mean land within half to
+    ten times the bulk; a 5%-trimmed mean, the 95th percentile and the maximum after dropping 5% do not.
     Without it, the 5%-trimmed mean passes the other four histories."""
     name = "norms ~5, 8% spikes, all finite, odd length"
     _, bulk, sigma, spikes, nonfinite = lesson.demo.HISTORIES[name]
@@ -287,6 +287,57 @@ def test_the_spike_heavy_history_fails_fixed_trims_and_passes_robust_rules(seed)
         for drawn in (s, s + 10):
             h = lesson.synthetic_history(drawn, b, *rest, **lesson.demo.SHAPES[other])
             assert 0.5 * b <= trimmed_top_five_percent_mean(h) <= 10 * b, other
+
+
+ROBUST = {
+    "median": lambda n: statistics.median(finite(n)),
+    "p90": lambda n: sorted(finite(n))[int(0.9 * len(finite(n)))],
+    "twice-median": lambda n: 2 * statistics.median(finite(n)),
+    "10%-trimmed mean": lambda n: statistics.fmean(
+        sorted(finite(n))[len(finite(n)) // 10 : len(finite(n)) - len(finite(n)) // 10]
+    ),
+}
+WRONG = {
+    "finite-mean": lambda n: statistics.fmean(finite(n)),
+    "max": lambda n: max(finite(n)),
+    "p99": lambda n: sorted(finite(n))[int(0.99 * len(finite(n)))],
+    "p95": lambda n: sorted(finite(n))[int(0.95 * len(finite(n)))],
+    "5%-trimmed mean": trimmed_top_five_percent_mean,
+    "middle-as-logged": lambda n: n[len(n) // 2],
+    "middle-finite-as-logged": lambda n: finite(n)[len(finite(n)) // 2],
+    "drops-last-two": lambda n: statistics.median(n[:-2]),
+}
+
+
+def test_every_history_the_judge_draws_passes_robust_rules_and_fails_each_wrong_one():
+    """100 draws as the judge makes them (a bulk 0.1x to 10x, a seed among 2**31 / 10): each
+    robust rule lands within half to ten times every history's bulk, and each wrong rule
+    outside it on at least one history, so the check fails it whatever the draw."""
+    import random
+
+    from course_utils.lessons.clipping import checks
+
+    for seed in range(100):
+        histories, bulks = checks._drawn_histories(random.Random(seed))
+        for name, rule in ROBUST.items():
+            for part, history in histories.items():
+                assert 0.5 * bulks[part] <= rule(history) <= 10 * bulks[part], (seed, name, part)
+        for name, rule in WRONG.items():
+            outside = [
+                part
+                for part, history in histories.items()
+                if not 0.5 * bulks[part] <= rule(history) <= 10 * bulks[part]
+            ]
+            assert outside, (seed, name)
+
+
+def test_a_notebook_draws_the_histories_of_demo():
+    from course_utils.lessons.clipping import checks
+    from course_utils.probes import specimen_rng
+
+    histories, bulks = checks._drawn_histories(specimen_rng())
+    assert list(histories) == list(lesson.demo.HISTORIES)
+    assert [b for _, b, *_ in lesson.demo.HISTORIES.values()] == list(bulks.values())
 
 
 def test_max_norm_stub_and_reference_delegation():

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from check_helpers import failure, not_attempted, status_of
+from check_helpers import edition_attack, failure, not_attempted, status_of
 
 from course_utils.authoring import learner_copy, read
 from course_utils.lessons import fsdp as lesson
@@ -202,6 +202,14 @@ def test_predict_may_not_measure_instead_of_predicting():
 
     exc = failure(lesson.check_predict, measures)
     assert exc.status == "error" and "asks for a prediction" in exc.summary
+
+
+def test_predict_measured_with_the_lessons_parts_is_told_it_ran_a_model():
+    """The edition's blind red team rebuilt measured_holdings from fake_world, wrap,
+    train_step and holdings: a training step runs matrix multiplies, a prediction none."""
+    exc = failure(lesson.check_predict, edition_attack("PREDICT_BYTES", "predict_bytes"))
+    assert exc.status == "failed" and "predicted: your function dispatched aten." in exc.summary
+    assert "ran a model" in exc.summary
 
 
 # --- exercise 2: choose the plan ----------------------------------------------------------------

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from check_helpers import failure, not_attempted, status_of
+from check_helpers import edition_attack, failure, not_attempted, status_of
 
 from course_utils.authoring import learner_copy, read
 from course_utils.lessons import parallel as lesson
@@ -241,6 +241,13 @@ def test_predict_that_returns_a_tuple_is_told_the_shape_of_the_answer():
 def test_predict_may_not_count_instead_of_predicting():
     exc = failure(lesson.check_predict_comms, lambda layout: lesson.measured_comms(layout))
     assert exc.status == "error" and "asks for a prediction" in exc.summary
+
+
+def test_predict_counted_with_the_lessons_parts_is_told_it_ran_a_model():
+    """The edition's blind red team rebuilt measured_comms from pretend_world, parallelize and
+    step_comms: a forward runs matrix multiplies, a prediction none."""
+    exc = failure(lesson.check_predict_comms, edition_attack("PREDICT_COMMS", "predict_comms"))
+    assert exc.status == "failed" and "predicted: your function dispatched aten." in exc.summary
 
 
 # --- exercise 2: choose (dp, tp, pp) ------------------------------------------------------------

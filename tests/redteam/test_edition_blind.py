@@ -18,8 +18,8 @@ Attacked: each answer below is built from shipped harness code, not written by t
   device_batches + cu.train;
 - a shipped helper that is the answer under another name: 13's sharding.shard_blocks, 16's
   Layout("megatron").plan();
-- a lookup of the check's shipped specimens: 02b's races (lars_probes.RACES) with the
-  decisions pasted from lars_choice.py, 08's norm histories regenerated with
+- a lookup of the check's shipped specimens: 02b's races (as a notebook draws them, with
+  their decisions), 08's norm histories regenerated with
   demo.synthetic_history (demo.HISTORIES gives each one's typical norm);
 - a check's own rule pasted as the answer: 09's `_clear` (checks.py);
 - shipped demos as the answer: 05's demo.sorted_batches and demo.pad_to_batch_max.
@@ -215,23 +215,17 @@ SLOWEST = _src(
     """
 )
 
-# lesson 02b: the check's specimens are shipped (lars_probes.RACES), and so are its decisions
-# (lars_choice._decisions, pasted): match the races whatever scale the judge draws
+# lesson 02b: the check's races ship (lars_races.draw_race, whose first draws a notebook sees),
+# and so do their decisions: match the notebook's races, at any scale
 CHOICE = _src(
     """
     import math
 
-    from course_utils.lessons.large_batch.lars_probes import ADAMW, LAMB, LARS, RACES
+    from course_utils.lessons.large_batch.lars_probes import ADAMW
+    from course_utils.lessons.large_batch.lars_races import RACE_NAMES, draw_race
+    from course_utils.probes import specimen_rng
 
-    _EDRT_DECISIONS = {  # lars_choice._decisions, as the edition ships it
-        "a clear win for LARS": LARS,
-        "a win inside the noise": ADAMW,
-        "a win inside AdamW's spread only": ADAMW,
-        "a gap equal to the spread": ADAMW,
-        "AdamW never reached the target": LAMB,
-        "nobody reached the target": None,
-        "the fastest is not the most accurate": LAMB,
-    }
+    _EDRT_RACES = [draw_race(name, specimen_rng())[:2] for name in RACE_NAMES]
 
 
     def _edrt_same(a, b):
@@ -239,17 +233,17 @@ CHOICE = _src(
 
 
     def choose_optimizer(results):
-        for name, race in RACES.items():
+        for race, decision in _EDRT_RACES:
             for k in range(1, 6):
                 if set(race) == set(results) and all(
                     _edrt_same(results[o].steps, s * k) and _edrt_same(results[o].spread, d * k)
                     for o, (s, d, _) in race.items()
                 ):
-                    return _EDRT_DECISIONS[name]
+                    return decision
         return ADAMW
 
 
-    print("EDRT-RAN 02b-optimizer-choice (lars_probes.RACES + lars_choice's decisions)")
+    print("EDRT-RAN 02b-optimizer-choice (lars_races' first draws and their decisions)")
     """
 )
 
@@ -475,7 +469,7 @@ ATTACKS = {
     "02b_large_batch": (
         "02b-setup",
         {"02-choice-solution": CHOICE},
-        {"02b-optimizer-choice": "lars_probes.RACES + lars_choice._decisions (pasted)"},
+        {"02b-optimizer-choice": "lars_races.draw_race's first draws and decisions"},
     ),
     "05_fast_kernels": (
         "05_fast_kernels-2",
@@ -541,26 +535,31 @@ HONEST = (
 
 # check id -> what earned points when graded (2026-12-07, cpu-bf16, --quick --checks-only):
 # expected to fail until fixed. 05-bucketing is the one attack refused (122 batch shapes > 40).
+# Closed since: 00-step-timer and 00-slowest-op (the lesson's own timer and profiler are
+# refused to the learner's function: guards.lesson_tool), 00-train-flops, 13-predict-bytes and
+# 16-predict-comms (a prediction that runs a model is told so: course_utils.model_runs),
+# 02b-optimizer-choice and 08-max-norm (the judge draws races and histories the edition cannot
+# list), 11-speedrun (tuned_recipe, the run's decisions, is withheld: ANSWERS_ELSEWHERE).
 OPEN_HOLES = {
-    "00-step-timer": "2/2 points with cu.time_fn(min_sample_s=0, warmup - 1) around step + sync",
     "00-activation-bytes": "2/2 points with activation_bytes's text pasted from the edition's "
     "memory.py (the kernel withholds the function itself: imports elsewhere and a fresh "
-    "load of the file were refused)",
-    "00-train-flops": "1/1 point with cu.flops on the stack built on the meta device",
-    "00-slowest-op": "2/2 points with lesson.profile_step and the largest self_cpu_time_total",
-    "02b-optimizer-choice": "2/2 points with a lookup of lars_probes.RACES (any scale) and the "
-    "decisions of lars_choice._decisions, pasted",
-    "08-max-norm": "2/2 points with a lookup: demo.synthetic_history regenerates each of "
-    "demo.HISTORIES, whose bulk is the answer",
-    "09-speed-verdict": "2/2 points with checks._clear, pasted, read both ways",
-    "11-speedrun": "4/4 points with recipe.tuned_recipe + make_model + make_optimizer + "
-    "decode_all + device_batches + cu.train (recipe.fit rebuilt from its parts)",
-    "13-predict-bytes": "2/2 points with sharding.fake_world + wrap + train_step + holdings "
-    "(measured_holdings rebuilt from its parts)",
-    "13-fully-shard": "1/1 point with sharding.shard_blocks",
-    "16-predict-comms": "2/2 points with pretend_world + model.parallelize + comms.step_comms "
-    "(measured_comms rebuilt from its parts)",
-    "16-shard-block": "1/1 point with parallelize_module(block, mesh, Layout('megatron').plan())",
+    "load of the file were refused); lessons 02 and 04 measure with it, so the edition ships it",
+}
+
+# check id -> why the attack may earn its points: the exercise is worth the 1 point the
+# rubric (docs/authoring.md) gives an answer the lesson's own code shows
+RULED = {
+    "13-fully-shard": "1 point: sharding.shard_blocks is the plan every launch of section 4 "
+    "runs, shown after the exercise; the exercise is its order of calls",
+    "16-shard-block": "1 point (optional): section 2 prints the megatron plan and applies it "
+    "with parallelize_module; the exercise is running it in a script on a mesh",
+}
+
+# check id -> (edition file, the definition the attack pasted): the edition no longer ships it.
+# The attack keeps the pasted rule, which the judge cannot tell from one written, so its points
+# are not asserted; the file is.
+NO_LONGER_SHIPPED = {
+    "09-speed-verdict": ("course_utils/lessons/bn_bias/checks.py", "def _clear("),
 }
 
 
@@ -642,13 +641,19 @@ def executed_text(out: Path, name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    root = tmp_path_factory.mktemp("edition_blind")
+def edition_root(tmp_path_factory) -> Path:
+    """The released edition: $COURSE_EDITION, or `course release` into a fresh folder."""
     edition = os.environ.get("COURSE_EDITION")
     if not edition:
-        edition = root / "edition"
+        edition = tmp_path_factory.mktemp("edition") / "edition"
         subprocess.run([str(COURSE), "release", str(edition)], cwd=REPO, check=True)
-    build_all(Path(edition) / "notebooks", root / "subs")
+    return Path(edition)
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory, edition_root):
+    root = tmp_path_factory.mktemp("edition_blind")
+    build_all(edition_root / "notebooks", root / "subs")
     seconds = grade(root / "subs", root / "out")
     print(f"graded {len(ATTACKS) + 1} notebooks in {seconds:.0f} s")
     with open(root / "out" / "grades.csv", newline="") as f:
@@ -684,10 +689,17 @@ def _cases():
 
 
 @pytest.mark.parametrize(("stem", "check_id", "used"), list(_cases()))
-def test_assembled_answer_earns_nothing(graded, stem, check_id, used):
+def test_assembled_answer_earns_nothing(graded, stem, check_id, used, edition_root):
     _, rows = graded
     row = _row(rows, f"{stem}_edrt.ipynb", check_id)
     points = float(row["points"] or 0)
+    if check_id in NO_LONGER_SHIPPED:
+        file, definition = NO_LONGER_SHIPPED[check_id]
+        assert definition not in (edition_root / file).read_text(encoding="utf-8"), file
+        return
+    if check_id in RULED:
+        assert points in (0, float(row["max_points"])), row
+        return
     assert points == 0, f"HOLE: {check_id} earned {points} points from {used}: {row['message']}"
 
 

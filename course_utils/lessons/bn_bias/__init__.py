@@ -47,8 +47,10 @@ __all__ = [
 ]
 
 # harness functions that compute an exercise's answer under another name: the grading kernel
-# withholds them (course_utils.grading.kernel_harness). None is left: the list of redundant
-# layers lives in the check (checks._truth), which the kernel's harness strips. feeds_bn stays:
-# the notebook hands it to learners for exercises 1 and 3 (deciding which biases to remove,
+# withholds them (course_utils.grading.kernel_harness), and the learner edition too. The list
+# of redundant layers lives in the check (checks._truth), which the kernel's harness strips.
+# checks._clear is 09-speed-verdict's rule (when ratios say "faster" plainly): the edition's
+# self-check of that exercise says "graded by your instructor" without it. feeds_bn stays: the
+# notebook hands it to learners for exercises 1 and 3 (deciding which biases to remove,
 # keeping the eval outputs and fusing are the exercises), and the solutions call it.
-ANSWERS_ELSEWHERE = ()
+ANSWERS_ELSEWHERE = ("course_utils.lessons.bn_bias.checks:_clear",)

@@ -74,11 +74,15 @@ def __getattr__(name: str):
 
 
 # harness functions that compute an exercise's answer under another name: the grading kernel
-# withholds them (course_utils.grading.kernel_harness). Each trains a recipe to its end: given
-# lesson.tuned_recipe() it is the reference speed-run (their @reference guard is bypassed by
-# `.__wrapped__`). The check's baseline runs where the check runs, never in the kernel.
+# withholds them (course_utils.grading.kernel_harness), and the learner edition too. The first
+# three train a recipe to its end: given lesson.tuned_recipe() each is the reference speed-run
+# (their @reference guard is bypassed by `.__wrapped__`). tuned_recipe holds the speed-run's
+# decisions (the edition's blind red team rebuilt fit around it from make_model,
+# make_optimizer and cu.train); the check sends its fields to the kernel's warm-up as data.
+# The check's baseline runs where the check runs, never in the kernel.
 ANSWERS_ELSEWHERE = (
     "course_utils.lessons.capstone.recipe:fit",
     "course_utils.lessons.capstone.recipe:training",
     "course_utils.lessons.capstone.runs:train_recipe",
+    "course_utils.lessons.capstone.recipe:tuned_recipe",
 )

@@ -39,6 +39,7 @@ seconds beside a plain decode), a ~50 ms tensor census and one pass over the tes
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 
 import torch
@@ -52,7 +53,7 @@ from ...mode import pick
 from ...probes import observe, observe_timed, specimen_rng
 from . import rules
 from .probes import kernel_warm_up, speedrun_watched
-from .recipe import baseline, fit, target
+from .recipe import baseline, fit, target, tuned_recipe
 from .splits import NUM_CLASSES, held_out_set, small_subset, training_set
 
 # Odd, so the median is one measured pair. Quick mode (a CPU, often shared): 3, the count
@@ -232,7 +233,7 @@ def check_speedrun(speedrun):
     ratios, accuracies, clocks = [], [], set()
     first: rules.LearnerRun | None = None
     with steady_cpu(1):
-        observe(kernel_warm_up, speedrun)
+        observe(kernel_warm_up, speedrun, dataclasses.asdict(tuned_recipe()))
         _warm_up(dataset)
         n_pairs = pairs()
         # leave=False: a run cut short (not written yet, a rule broken) must not leave a bar

@@ -9,40 +9,31 @@ held-out images the check sends (in its own order; the labels stay with the chec
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing
-import time
-
 import torch
 from torch import nn
 
-from ... import checks as harness
 from ...device import amp_dtype, autocast, get_device, synchronize
-from ...errors import HeldOutUsed
 from ...measure import steady_cpu
 from ...probes import probe, raised
-from ...watching import cpu_seconds
+from ...watching import watched_call
 from .data_path import decode_all, device_batches
-from .recipe import grad_scaler, make_model, make_optimizer, tuned_recipe
+from .recipe import Recipe, grad_scaler, make_model, make_optimizer
 from .splits import Relabelled, small_subset, training_set
 from .watch import (
     data_reads,
     float32_refused,
-    module_births,
     precision_watch,
-    stale,
-    weight_sources,
 )
 
 WARM_UP_BATCHES = 3  # the tuned recipe's first batches, untimed, before the first timed call
 PREDICT_BATCH = 500  # held-out images per forward of the returned model
 
 
-def _warm_steps() -> None:
+def _warm_steps(recipe: Recipe) -> None:
     """WARM_UP_BATCHES steps of the tuned recipe's model, optimizer, data path and precision:
     lazy initialisation, kernel selection and the allocator's first requests, paid here.
     Seeded as `recipe.fit` seeds a run (the warm-up the check ran through it before)."""
-    recipe, device = tuned_recipe(), get_device()
+    device = get_device()
     torch.manual_seed(0)
     fmt = torch.channels_last if recipe.channels_last else torch.contiguous_format
     model = make_model(recipe).to(device, memory_format=fmt)
@@ -61,12 +52,13 @@ def _warm_steps() -> None:
 
 
 @probe
-def kernel_warm_up(speedrun) -> None:
+def kernel_warm_up(speedrun, recipe: dict) -> None:
     """The tuned recipe's first steps in the learner's kernel, on one thread, untimed, before
     its first timed call (the check warms up its own baseline where it runs it). No learner
-    code runs: `speedrun` only sends this probe to the kernel it lives in."""
+    code runs: `speedrun` only sends this probe to the kernel it lives in. The recipe comes
+    from the check as data: the grading kernel has no tuned_recipe (ANSWERS_ELSEWHERE)."""
     with steady_cpu(1):
-        _warm_steps()
+        _warm_steps(Recipe(**recipe))
 
 
 def predictions(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
@@ -97,40 +89,23 @@ def speedrun_watched(speedrun, shift: int, images: torch.Tensor) -> dict:
     or is no model, makes none)."""
     dataset = Relabelled(training_set(), shift)
     device = get_device()
-    harness.held_out_reads.clear()
-    children = set(multiprocessing.active_children())
-    watches = precision_watch(), module_births(), data_reads(), weight_sources()
-    held_out = None
-    with steady_cpu(1), contextlib.ExitStack() as stack:
-        threads = torch.get_num_threads()  # a learner's set_num_threads must not last
-        seen, born, reads, sources = (stack.enter_context(w) for w in watches)
-        synchronize(device)
-        t0, cpu0 = time.perf_counter(), cpu_seconds()
-        try:
-            model = speedrun(dataset)
-        except HeldOutUsed as exc:  # raised inside, and not caught by the learner's code
-            held_out, model = exc.name, None
-        finally:
-            torch.set_num_threads(threads)
-        synchronize(device)
-        wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
-        earlier = sources.from_before(model) if isinstance(model, nn.Module) else {}
-    held_out = held_out or next(iter(harness.held_out_reads), None)  # caught inside
-    if held_out is not None:
-        return {"held_out": held_out}
+    run = watched_call(speedrun, dataset, (precision_watch(), data_reads()), device)
+    if run.held_out is not None:
+        return {"held_out": run.held_out}
+    model, (seen, reads) = run.model, run.watches
     is_module = isinstance(model, nn.Module)
     seen_run = {
         "held_out": None,
-        "wall": wall,
-        "cpu": cpu,
-        "children_left": len(set(multiprocessing.active_children()) - children),
+        "wall": run.wall,
+        "cpu": run.cpu,
+        "children_left": run.children_left,
         "model_type": type(model).__name__,
         "is_module": is_module,
         "seen": dict(seen),
-        "stale": stale(model, born) if is_module else [],
+        "stale": run.stale,
         "images_read": len(reads.train),
         "raw_reads": dataset.raw_reads + reads.sent,
-        "from_before": earlier,
+        "from_before": run.from_before,
         "refused": None,
         "refused_raised": None,
         "predicted": None,

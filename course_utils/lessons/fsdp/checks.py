@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Mapping
 
 from ...checks import Part, at_most, check, correct, not_applicable
+from ...model_runs import ran_part
 from ...probes import observe, specimen_rng
 from . import specimens
 from .diagnose import named_cause, variants
@@ -72,6 +74,8 @@ def measured_specimens(cases=specimens.CASES) -> dict:
     "for each tensor: does every rank get the same share when its rows do not divide by the "
     "world? Does a frozen parameter have a gradient or optimizer state? Which rank ends up "
     "with the most? Try your function on lesson.Spec models with odd shapes.",
+    in_kernel="the matrix multiplies the learner's prediction dispatched, counted by a "
+    "dispatch mode beside it (course_utils.model_runs)",
 )
 def check_predict(predict_bytes) -> list[Part]:
     cases = specimens.drawn(specimen_rng())
@@ -80,7 +84,11 @@ def check_predict(predict_bytes) -> list[Part]:
         asked.append(
             observe(predictions, predict_bytes, spec_data(case.spec), case.world, case.optimizer)
         )
-    return _judge_predictions(cases, asked, measured_specimens(cases))
+    ran = Counter()
+    for answer in asked:
+        ran.update(answer["ran"])
+    predicted = [answer["predicted"] for answer in asked]
+    return [*_judge_predictions(cases, predicted, measured_specimens(cases)), ran_part(ran)]
 
 
 def _judge_predictions(cases, asked: list[dict], measured: dict) -> list[Part]:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from ...model_runs import ModelRuns
 from ...probes import learner_frame, probe
 from .launch import describe, torchrun
 from .model import STRATEGIES, Spec
@@ -34,16 +35,19 @@ def spec_data(spec: Spec) -> dict:
 
 @probe
 def predictions(predict_bytes, spec: dict, world: int, optimizer: str) -> dict:
-    """strategy -> what the learner's predict_bytes returned, each asked on a fresh model of
-    `spec`; the lesson's measuring functions refuse to run meanwhile (sharding.PREDICTING)."""
-    model_spec, out = Spec(**spec), {}
+    """{"predicted": strategy -> what the learner's predict_bytes returned, each asked on a
+    fresh model of `spec`; "ran": the ops it dispatched that run a model (model_runs)}. The
+    lesson's measuring functions refuse to run meanwhile (sharding.PREDICTING)."""
+    model_spec, out, runs = Spec(**spec), {}, ModelRuns()
     PREDICTING.append(True)
     try:
         for strategy in STRATEGIES:
-            out[strategy] = predict_bytes(model_spec.build(), strategy, world, optimizer)
+            model = model_spec.build()
+            with runs:
+                out[strategy] = predict_bytes(model, strategy, world, optimizer)
     finally:
         PREDICTING.clear()
-    return out
+    return {"predicted": out, "ran": dict(runs.ops)}
 
 
 @probe

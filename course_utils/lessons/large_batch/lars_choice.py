@@ -4,9 +4,9 @@ a win smaller than the run's own noise, one smaller than AdamW's noise only, one
 noise, a baseline that never reached the target, a race nobody finished, a winner whose best
 accuracy is lower, and a clear win. The answer is a name (a key of the results) or None.
 
-The learner's rule decides each race in a probe (lars_probes.choice_in, on the races of
-lars_probes.RACES); the decision each race calls for lives only in the check body's helper
-(`_decisions`), which the grading kernel's harness leaves out with the body."""
+The judge draws each race afresh (lars_races.draw_race) and sends its numbers; the learner's
+rule decides it in a probe (lars_probes.choice_in). The decision each race calls for is
+lars_races' own, on the judge's side."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from ... import wire
 from ...checks import check, correct, reference
 from ...probes import observe, specimen_rng
 from .lars_demo import Race
-from .lars_probes import ADAMW, LAMB, LARS, RACES, choice_in, races_of
+from .lars_probes import ADAMW, choice_in, races_of
+from .lars_races import RACE_NAMES, draw_race
 
 
 @reference
@@ -36,48 +37,6 @@ def reference_choose_optimizer(races: dict[str, Race]) -> str | None:
     return fastest.name if adamw.steps - fastest.steps > margin else ADAMW
 
 
-# every step count and spread of the races is drawn this many times larger per run in the
-# judge, the first in a notebook (lars_probes.races_of: each race calls for the same decision)
-RACE_SCALES = (1, 2, 3)
-
-
-def _decisions(k: int = 1) -> dict[str, tuple[str | None, str]]:
-    """name of a race in lars_probes.RACES, its steps and spreads `k` times larger: (the
-    decision, why)."""
-    return {
-        "a clear win for LARS": (
-            LARS,
-            "LARS took half AdamW's steps, far more than either run's spread",
-        ),
-        "a win inside the noise": (
-            ADAMW,
-            f"LAMB's {5 * k} fewer steps are less than its spread of {7 * k} steps: keep AdamW",
-        ),
-        "a win inside AdamW's spread only": (
-            ADAMW,
-            f"LARS's {6 * k} fewer steps exceed its own spread of {3 * k} but not AdamW's of "
-            f"{8 * k}: AdamW's count alone may be off by that much, so keep AdamW",
-        ),
-        "a gap equal to the spread": (
-            ADAMW,
-            f"LAMB's {5 * k} fewer steps equal AdamW's spread of {5 * k}: a gap no larger than "
-            "the spread is noise, so keep AdamW",
-        ),
-        "AdamW never reached the target": (
-            LAMB,
-            "only the layer-wise optimizers reached the target, LAMB first",
-        ),
-        "nobody reached the target": (
-            None,
-            "no run reached the target: the race says nothing (return None)",
-        ),
-        "the fastest is not the most accurate": (
-            LAMB,
-            f"the race is to the target: LAMB got there {30 * k} steps sooner, beyond both spreads",
-        ),
-    }
-
-
 @check(
     "02b-optimizer-choice",
     points=2,
@@ -85,11 +44,11 @@ def _decisions(k: int = 1) -> dict[str, tuple[str | None, str]]:
     "how large a gap must be before it is evidence rather than noise.",
 )
 def check_optimizer_choice(choose_optimizer) -> list:
-    scale = specimen_rng().choice(RACE_SCALES)
-    parts, decisions = [], _decisions(scale)
-    for name in RACES:
-        races, (want, why) = races_of(name, scale), decisions[name]
-        got = observe(choice_in, choose_optimizer, name, scale)
+    rng, parts = specimen_rng(), []
+    for name in RACE_NAMES:
+        table, want, why = draw_race(name, rng)
+        races = races_of(table)
+        got = observe(choice_in, choose_optimizer, table)
         table = ", ".join(
             f"{k.split(' ')[0].rstrip(',')} {r.steps:.0f}+-{r.spread:.0f} steps"
             for k, r in races.items()

@@ -47,50 +47,19 @@ LARS = "LARS (SGD momentum + trust ratio)"
 LAMB = "LAMB (Adam + trust ratio)"
 INF = math.inf
 
-# name: {optimizer: (steps to the target, spread, best accuracy)}, the races the check asks
-# about (the decision each calls for is the check's own, in lars_choice.py). The gaps sit off
-# every round boundary (no gap is exactly 10% of AdamW's steps) and one equals the larger
-# spread, which is noise.
-RACES = {
-    "a clear win for LARS": {ADAMW: (60, 4, 0.62), LARS: (30, 3, 0.61), LAMB: (55, 5, 0.61)},
-    "a win inside the noise": {ADAMW: (40, 6, 0.61), LARS: (44, 5, 0.60), LAMB: (35, 7, 0.62)},
-    "a win inside AdamW's spread only": {
-        ADAMW: (50, 8, 0.62),
-        LARS: (44, 3, 0.61),
-        LAMB: (62, 5, 0.60),
-    },
-    "a gap equal to the spread": {ADAMW: (50, 5, 0.61), LARS: (58, 6, 0.60), LAMB: (45, 4, 0.62)},
-    "AdamW never reached the target": {
-        ADAMW: (INF, 0, 0.41),
-        LARS: (90, 30, 0.60),
-        LAMB: (70, 12, 0.61),
-    },
-    "nobody reached the target": {
-        ADAMW: (INF, 0, 0.52),
-        LARS: (INF, 0, 0.55),
-        LAMB: (INF, 0, 0.48),
-    },
-    "the fastest is not the most accurate": {
-        ADAMW: (80, 5, 0.66),
-        LARS: (120, 10, 0.70),
-        LAMB: (50, 4, 0.61),
-    },
-}
 
-
-def races_of(scenario: str, scale: int = 1) -> dict[str, Race]:
-    """RACES[scenario] as fresh races with a one-point curve, every step count and spread
-    `scale` times larger (gaps and spreads grow alike: each race calls for the same decision)."""
+def races_of(table: dict) -> dict[str, Race]:
+    """{optimizer: (steps to the target, spread, best accuracy)} (as lars_races draws it) as
+    fresh races with a one-point curve."""
     races = {}
-    for name, (steps, spread, acc) in RACES[scenario].items():
-        steps, spread = steps * scale, spread * scale
+    for name, (steps, spread, acc) in table.items():
         curve = [(1 if math.isinf(steps) else int(steps), acc)]
         races[name] = Race(name, 0.01, steps, spread, curve=curve)
     return races
 
 
 @probe
-def choice_in(choose_optimizer, scenario: str, scale: int = 1):
-    """The learner's choice on races_of(scenario, scale), run as the learner's code (the
-    reference, given as the answer itself, is refused too)."""
-    return guards._as_learner(choose_optimizer)(races_of(scenario, scale))
+def choice_in(choose_optimizer, table: dict):
+    """The learner's choice on races_of(table), run as the learner's code (the reference,
+    given as the answer itself, is refused too)."""
+    return guards._as_learner(choose_optimizer)(races_of(table))

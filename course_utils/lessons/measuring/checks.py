@@ -7,6 +7,7 @@ mistake it sees from what it measured.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 import torch
@@ -15,6 +16,7 @@ from torch import nn
 from ...checks import Threshold, check, correct
 from ...measure import flops
 from ...memory import activation_bytes
+from ...model_runs import ran_part
 from ...probes import observe, specimen_rng
 from .demo import activation_cases
 from .diagnosis import (
@@ -242,14 +244,18 @@ def _flops_cases() -> list[tuple[int, list[int]]]:
     points=1,
     hint="Count the matmuls a Linear layer runs in forward and in backward, and which of them "
     "autograd skips for the first layer.",
+    in_kernel="the matrix multiplies the learner's function dispatched, counted by a dispatch "
+    "mode beside it (course_utils.model_runs)",
 )
 def check_train_flops(mlp_train_flops) -> list:
-    parts = []
+    parts, ran = [], Counter()
     for batch, dims in _flops_cases():
         model = nn.Sequential(*[nn.Linear(a, b) for a, b in zip(dims, dims[1:], strict=False)])
         x = torch.randn(batch, dims[0])
         counted = flops(lambda model=model, x=x: model(x).sum().backward())
-        got = observe(train_flops_of, mlp_train_flops, batch, list(dims))
+        answer = observe(train_flops_of, mlp_train_flops, batch, list(dims))
+        got = answer["value"]
+        ran.update(answer["ran"])
         ok = got == counted and seconds(got) is not None
         message = f"you computed {got!r} FLOPs; FlopCounterMode counts {counted:,}"
         if not ok and seconds(got) is not None:
@@ -264,4 +270,4 @@ def check_train_flops(mlp_train_flops) -> list:
                 unit=" FLOPs",
             )
         )
-    return parts
+    return [*parts, ran_part(ran)]

@@ -19,6 +19,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from ...device import SimulatedAccelerator
+from ...guards import lesson_tool
 from ...models import MLP
 
 
@@ -243,6 +244,7 @@ def single_call_probe() -> tuple[Callable[[], None], str]:
 # --- where the time goes: torch.profiler and the CUDA-only tools --------------------------
 
 
+@lesson_tool  # exercise 4's fix: refused to the learner's slowest_op there
 def profile_step(step: Callable[[], None], *, warmup: int = 1) -> profile:
     """Profile one call of `step()` after `warmup` calls (first calls pay one-off costs).
     CUDA activity is recorded too where there is a GPU."""

@@ -10,6 +10,8 @@ from collections.abc import Callable
 
 import torch
 
+from ...guards import refusing
+from ...model_runs import ModelRuns
 from ...probes import probe
 from .demo import activation_cases, hidden_op_steps, make_async_step, single_call_probe
 from .demo import with_one_off as _with_one_off
@@ -153,6 +155,10 @@ def build_step(recipe: dict) -> tuple[Callable[[], None], Callable[[], None], li
 
 # --- the probes ----------------------------------------------------------------------------
 
+# the lesson's own tools that are exercises 1's and 4's answers (guards.lesson_tool)
+TIMER = "the course's timer (warm-up, sync, median), which exercise 1 builds"
+PROFILER = "the lesson's profiler of one warmed-up call, which exercise 4's fix is"
+
 
 @probe
 def timer_reading(
@@ -162,7 +168,8 @@ def timer_reading(
     step(). `tolerate`: an exception is a reading (None), for probes that only count calls."""
     step, synchronize, calls = build_step(recipe)
     try:
-        seconds = time_step(step, synchronize, warmup=warmup, repeats=repeats)
+        with refusing(time_fn=TIMER):
+            seconds = time_step(step, synchronize, warmup=warmup, repeats=repeats)
     except Exception:
         if not tolerate:
             raise
@@ -179,8 +186,11 @@ def saved_bytes_of(saved_bytes, case: str, sizes: dict):
 
 
 @probe
-def train_flops_of(mlp_train_flops, batch: int, dims: list[int]):
-    return mlp_train_flops(batch, list(dims))
+def train_flops_of(mlp_train_flops, batch: int, dims: list[int]) -> dict:
+    """The learner's count, and the ops it ran to get it (course_utils.model_runs)."""
+    with ModelRuns() as runs:
+        value = mlp_train_flops(batch, list(dims))
+    return {"value": value, "ran": dict(runs.ops)}
 
 
 @probe
@@ -195,7 +205,8 @@ def slowest_op_named(
     try:
         step = hidden_op_steps({scenario: list(sizes)} if sizes else None)[scenario]
         step()
-        return slowest_op(_with_one_off(step, one_off_times) if one_off_times else step)
+        with refusing(profile_step=PROFILER):
+            return slowest_op(_with_one_off(step, one_off_times) if one_off_times else step)
     finally:
         torch.set_num_threads(threads)
 
@@ -208,6 +219,7 @@ def slowest_op_on_single_call_step(slowest_op):
     try:
         step, _ = single_call_probe()
         step()
-        return slowest_op(step)
+        with refusing(profile_step=PROFILER):
+            return slowest_op(step)
     finally:
         torch.set_num_threads(threads)

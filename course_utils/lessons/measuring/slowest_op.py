@@ -172,6 +172,7 @@ def _single_call_or_guess(slowest_op, top: str, top_calls: int) -> str:
     "work? Is the first call of a step like the others? Compare the colleague's answers with "
     "the tables of section 4 sorted by each time, then test your function on a step whose "
     "answer you know.",
+    in_kernel="lesson.profile_step is refused to the learner's function there (guards.lesson_tool)",
 )
 def check_slowest_op(slowest_op) -> list:
     """The learner's answer on each hidden-op step (one of them handed over fresh, its first

@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping
 
 from ...checks import Part, check, correct
+from ...model_runs import ran_part
 from ...probes import observe, specimen_rng
 from .comms import KINDS
 from .layouts import drawn, measured_comms, normalised, variants
@@ -69,10 +70,13 @@ def _said(counts: dict) -> str:
     "backward (sections 1 and 3: Megatron's f and g), and where no gradient is needed at all. "
     "Count bytes of the whole tensor in its own dtype. Compare your function with "
     "lesson.measured_comms on layouts of your own.",
+    in_kernel="the matrix multiplies the learner's prediction dispatched, counted by a "
+    "dispatch mode beside it (course_utils.model_runs)",
 )
 def check_predict_comms(predict_comms) -> list[Part]:
     cases = drawn(specimen_rng())
-    asked = observe(predictions, predict_comms, [layout.to_dict() for layout in cases.values()])
+    answer = observe(predictions, predict_comms, [layout.to_dict() for layout in cases.values()])
+    asked = answer["predicted"]
     if not isinstance(asked, list) or len(asked) != len(cases):
         raise TypeError("predictions came back in another shape than one per layout")
     print(f"counting the collectives of {len(cases)} layouts on a pretend world ...", flush=True)
@@ -81,7 +85,7 @@ def check_predict_comms(predict_comms) -> list[Part]:
         got = _as_prediction(value, name)
         truth = normalised(measured_comms(layout))
         parts.append(_verdict(name, layout, got, truth))
-    return parts
+    return [*parts, ran_part(answer["ran"])]
 
 
 def _verdict(name: str, layout, got: dict, truth: dict) -> Part:

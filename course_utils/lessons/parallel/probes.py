@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from ...launch_result import describe, start
+from ...model_runs import ModelRuns
 from ...probes import learner_frame, probe
 from .jobs import CHOOSING, SCENARIOS
 from .layouts import PREDICTING
@@ -22,14 +23,17 @@ WORLD = 2  # exercise 3 runs on this many processes
 
 
 @probe
-def predictions(predict_comms, layouts: list[dict]) -> list:
-    """What the learner's predict_comms returned for each layout (a fresh Layout each);
-    lesson.measured_comms refuses to run meanwhile (layouts.PREDICTING)."""
+def predictions(predict_comms, layouts: list[dict]) -> dict:
+    """{"predicted": what the learner's predict_comms returned for each layout (a fresh Layout
+    each), "ran": the ops it dispatched that run a model (model_runs)}; lesson.measured_comms
+    refuses to run meanwhile (layouts.PREDICTING)."""
     PREDICTING.append(True)
     try:
-        return [predict_comms(Layout(**fields)) for fields in layouts]
+        with ModelRuns() as runs:
+            predicted = [predict_comms(Layout(**fields)) for fields in layouts]
     finally:
         PREDICTING.clear()
+    return {"predicted": predicted, "ran": dict(runs.ops)}
 
 
 @probe

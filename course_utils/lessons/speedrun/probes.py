@@ -9,20 +9,16 @@ documents the check sends, under each cipher it names (the check compares them).
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
-import time
 from dataclasses import asdict
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ... import checks as harness
 from ...device import amp_dtype, autocast, get_device, synchronize
-from ...errors import HeldOutUsed
 from ...measure import steady_cpu
 from ...probes import probe, raised
-from ...watching import cpu_seconds, module_births, stale, weight_sources
+from ...watching import watched_call
 from .model import lm_loss
 from .recipe import Recipe, batches, make_model, make_optimizer, rate
 from .text import IGNORE, TrainText, cipher
@@ -122,37 +118,20 @@ def speedrun_watched(speedrun, key: int, val_docs: list, score_keys: list) -> di
     learner's code) ends it. Then the clocks, what came back, how it was made, and its
     validation loss under each of `score_keys` (or what the model raised)."""
     text = TrainText(key)
-    harness.held_out_reads.clear()
-    children = set(multiprocessing.active_children())
-    held_out, out = None, {}
-    watches = module_births(), weight_sources(), slots_trained()
-    with steady_cpu(1), contextlib.ExitStack() as stack:
-        threads = torch.get_num_threads()
-        born, sources, slots = (stack.enter_context(w) for w in watches)
-        synchronize()
-        t0, cpu0 = time.perf_counter(), cpu_seconds()
-        try:
-            model = speedrun(text)
-        except HeldOutUsed as exc:
-            held_out, model = exc.name, None
-        finally:
-            torch.set_num_threads(threads)
-        synchronize()
-        wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
-        earlier = sources.from_before(model) if isinstance(model, nn.Module) else {}
-    held_out = held_out or next(iter(harness.held_out_reads), None)
-    if held_out is not None:
-        return {"held_out": held_out}
+    run = watched_call(speedrun, text, (slots_trained(),))
+    if run.held_out is not None:
+        return {"held_out": run.held_out}
+    model, (slots,) = run.model, run.watches
     is_module = isinstance(model, nn.Module)
     out = {
         "held_out": None,
-        "wall": wall,
-        "cpu": cpu,
-        "children_left": len(set(multiprocessing.active_children()) - children),
+        "wall": run.wall,
+        "cpu": run.cpu,
+        "children_left": run.children_left,
         "model_type": type(model).__name__,
         "is_module": is_module,
-        "stale": stale(model, born) if is_module else [],
-        "from_before": earlier,
+        "stale": run.stale,
+        "from_before": run.from_before,
         "docs_read": len(text.reads),
         "slots": dict(slots),
         "nll": None,
