@@ -170,7 +170,7 @@ def _judge_plans(choose_plan) -> list[Part]:
     room = specimen_rng().choice(ROOMS)
     parts = []
     for name, model, (fits, not_fits) in SCENARIOS:
-        device = budget(model, fits, not_fits, room=room)
+        device = budget(model, fits, not_fits, room=room, scenario=name)
         if device is None:
             parts.append(correct(name, True, "not decidable here: the plans' needs are too close"))
             continue

@@ -24,6 +24,7 @@ from .sharding import fake_peak
 from .thresholds import THRESHOLDS
 
 WORLD = 2
+ON_AVERAGE = "ZeRO-1 fits on average, not on rank 1"
 SCENARIOS = (  # name, model, (the hungriest plan that fits or None, the least hungry that does not)
     ("room for every plan", "deep", (None, "DDP")),
     ("DDP does not fit", "adam", ("ZeRO-1", "DDP")),
@@ -31,6 +32,9 @@ SCENARIOS = (  # name, model, (the hungriest plan that fits or None, the least h
     ("only resharding fits", "deep", ("FSDP2, reshard", "FSDP2, keep")),
     # ZeRO-1 fits on rank 0, not on rank 1; nor on either with one row's activations
     ("ZeRO-1 fills rank 1 most", "rank-1-fullest", ("FSDP2, keep", "ZeRO-1")),
+    # the same model with the device between ZeRO-1's mean over the ranks and its fullest rank
+    # (budget): a plan judged by the ranks' mean picks ZeRO-1 there
+    (ON_AVERAGE, "rank-1-fullest", ("FSDP2, keep", "ZeRO-1")),
 )
 FSDP_ONLY = ("FSDP2, keep", "FSDP2, reshard")
 
@@ -52,12 +56,12 @@ _PEAKS: dict = {}
 _TIMES: dict = {}
 
 
-def needs(model_name: str) -> dict[str, int]:
-    """plan -> peak bytes on the fullest rank (max over the ranks), measured once a kernel."""
+def rank_needs(model_name: str) -> dict[str, list[int]]:
+    """plan -> peak bytes of each rank, measured once a kernel."""
     if model_name not in _PEAKS:
         spec, optimizer, batch = MODELS[model_name]
         _PEAKS[model_name] = {
-            plan: max(
+            plan: [
                 fake_peak(
                     spec.build(),
                     strategy,
@@ -68,10 +72,15 @@ def needs(model_name: str) -> dict[str, int]:
                     rank=rank,
                 )
                 for rank in range(WORLD)
-            )
+            ]
             for plan, (strategy, reshard) in PLANS.items()
         }
     return _PEAKS[model_name]
+
+
+def needs(model_name: str) -> dict[str, int]:
+    """plan -> peak bytes on the fullest rank (max over the ranks), measured once a kernel."""
+    return {plan: max(ranks) for plan, ranks in rank_needs(model_name).items()}
 
 
 def untimed() -> list[str]:
@@ -108,12 +117,21 @@ def timings(running=None) -> dict:
     return _TIMES
 
 
-def budget(model_name: str, fits, not_fits, *, room: float = 1.0) -> float | None:
+def budget(
+    model_name: str, fits, not_fits, *, room: float = 1.0, scenario: str = ""
+) -> float | None:
     """Device memory for a scenario, or None where the two needs are too close to decide.
-    `room` multiplies the room a scenario where every plan fits gives (THRESHOLDS["room"])."""
+    `room` multiplies the room a scenario where every plan fits gives (THRESHOLDS["room"]).
+    ON_AVERAGE's lies between `not_fits`'s mean over the ranks and its fullest rank."""
     need = needs(model_name)
     if fits is None:
         return room * THRESHOLDS["room"].value * max(need.values())
+    if scenario == ON_AVERAGE:
+        ranks = rank_needs(model_name)[not_fits]
+        mean = sum(ranks) / len(ranks)
+        if max(ranks) / mean < THRESHOLDS["rank_gap"].value:
+            return None
+        return math.sqrt(mean * max(ranks))
     if need[not_fits] / need[fits] < THRESHOLDS["min_gap"].value:
         return None
     return math.sqrt(need[fits] * need[not_fits])

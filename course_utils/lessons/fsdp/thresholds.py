@@ -21,6 +21,15 @@ THRESHOLDS = {
     "room": Threshold(
         1.25, "device memory as a multiple of the hungriest plan's need where every plan fits"
     ),
+    "rank_gap": Threshold(
+        1.05,
+        "ZeRO-1's fullest rank over its mean for the device to sit between them (scenario "
+        "'ZeRO-1 fits on average, not on rank 1', 3.2% either side): 'rank-1-fullest' measured "
+        "4,082,752 B on rank 1 and 3,590,128 B on rank 0, a ratio of 1.064 to their mean "
+        "(pretend world, cpu-bf16), against the 37 KB (0.9%) an FSDP2 step measured first in a "
+        "process allocates more (min_gap)",
+        measured_on=("cpu-bf16",),
+    ),
     "min_gap": Threshold(
         1.08,
         "two plans' needs must differ by this factor for a budget between them to decide; the "

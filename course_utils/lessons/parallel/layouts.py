@@ -40,6 +40,13 @@ CASES = {  # case name -> its variants, the first the notebook's
         Layout("split", blocks=2, batch=3, seq=4, width=8, hidden=48, dtype="bfloat16"),
         Layout("split", blocks=3, batch=2, seq=5, width=12, hidden=32, world=4),
     ),
+    # without a norm the first block's input needs no gradient, yet its backward still
+    # all-gathers the hidden activation (the blind round's hole: a split layout with a norm
+    # could not tell a prediction that skips it)
+    "a row layer alone, no norm": (
+        Layout("split", blocks=1, norm=False, batch=3, seq=4, width=8, hidden=48),
+        Layout("split", blocks=2, norm=False, batch=2, seq=5, width=12, hidden=32, world=4),
+    ),
 }  # fmt: skip
 
 
