@@ -96,6 +96,7 @@ class Comparison:
         )
 
 
+@lesson_tool  # one synchronised sample of time_fn: refused with it in lesson 00's exercise 1
 def timed(fn: Callable[[], object], device: torch.device, number: int) -> float:
     """Seconds per call of `number` calls of `fn`: the device drained before the clock starts
     and again before it stops, so queued GPU work is billed to these calls, not the next."""

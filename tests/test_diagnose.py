@@ -330,7 +330,10 @@ def test_default_form_runs_the_standard_step_and_restores():
     model, opt = cnn()
     before = snapshot(model, opt)
     d = diagnose(model, opt, images(), steps=STEPS, amp=AMP)
-    assert d.findings == [], str(d)
+    # the batch probe times this CNN at 128 against 256 and 512: flat on an idle machine
+    # (0.75-1.31x, THRESHOLDS batch_gain), 1.51x beside three other jobs (CI at cbfeef3); the
+    # small-batch tests pin that finding, so here (as in the optimizer-loop test) it is left out
+    assert [f for f in d.findings if f.kind != "small-batch"] == [], str(d)
     assert d.window["steps"] == STEPS and same(before, snapshot(model, opt))
 
 

@@ -247,7 +247,7 @@ def test_predict_counted_with_the_lessons_parts_is_told_it_ran_a_model():
     """The edition's blind red team rebuilt measured_comms from pretend_world, parallelize and
     step_comms: a forward runs matrix multiplies, a prediction none."""
     exc = failure(lesson.check_predict_comms, edition_attack("PREDICT_COMMS", "predict_comms"))
-    assert exc.status == "failed" and "predicted: your function dispatched aten." in exc.summary
+    assert exc.status == "failed" and "predicted: your function dispatched " in exc.summary
 
 
 # --- exercise 2: choose (dp, tp, pp) ------------------------------------------------------------

@@ -220,9 +220,14 @@ def _flops_diagnosis(got: float, batch: int, dims: list[int], counted: int) -> s
         "gradient of the weight and of the input)",
         3 * sum(per_layer): "the first layer's input gradient was counted: the data does not "
         "require grad, so autograd skips that matmul",
-        counted + sum(batch * b for _, b in layers): "biases were counted: FlopCounterMode "
-        "counts matmuls, not additions of a bias",
     }
+    bias = sum(batch * b for _, b in layers)  # one add per output element of each layer
+    for k in (1, 2, 3):  # the forward's add, its gradient's sum over the batch, as 2 FLOPs
+        guesses.setdefault(
+            counted + k * bias,
+            "biases were counted: FlopCounterMode counts matmuls, not the additions of a bias "
+            "or the sums of its gradient",
+        )
     if got in guesses:
         return guesses[got]
     if got * 2 == counted:

@@ -157,6 +157,7 @@ def build_step(recipe: dict) -> tuple[Callable[[], None], Callable[[], None], li
 
 # the lesson's own tools that are exercises 1's and 4's answers (guards.lesson_tool)
 TIMER = "the course's timer (warm-up, sync, median), which exercise 1 builds"
+SAMPLE = "one synchronised sample of the course's timer, the sync that exercise 1 asks about"
 PROFILER = "the lesson's profiler of one warmed-up call, which exercise 4's fix is"
 
 
@@ -168,7 +169,7 @@ def timer_reading(
     step(). `tolerate`: an exception is a reading (None), for probes that only count calls."""
     step, synchronize, calls = build_step(recipe)
     try:
-        with refusing(time_fn=TIMER):
+        with refusing(time_fn=TIMER, timed=SAMPLE):
             seconds = time_step(step, synchronize, warmup=warmup, repeats=repeats)
     except Exception:
         if not tolerate:

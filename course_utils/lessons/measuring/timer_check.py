@@ -161,8 +161,8 @@ def _second_step(time_step, twin_s: float):
     hint="What is the device still doing when your clock starts, and when it stops? Which "
     "statistic survives a slow sample? Time the colleague's timer and yours on steps that each "
     "have one trap (section 1, and the hints of exercise 1).",
-    in_kernel="the calls to step() are counted beside the learner's timer, and cu.time_fn is "
-    "refused to it there (guards.lesson_tool)",
+    in_kernel="the calls to step() are counted beside the learner's timer, and cu.time_fn and "
+    "its sample, measure.timed, are refused to it there (guards.lesson_tool)",
 )
 def check_step_timer(time_step) -> list:
     """The learner's timer on an asynchronous step with every trap (slow first calls, one
