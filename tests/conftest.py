@@ -99,6 +99,8 @@ LONG_TIER = {  # test function -> why CI leaves it to COURSE_TESTS=all
     "colleague's script, graded in CI, has this fault among its three",
     "tests/test_lesson_10.py::test_fast_train_check_passes_the_reference_fix": "the judged test "
     "passes the reference in CI",
+    "tests/test_lesson_00_attacks.py::test_step_timer_passes_the_reference_under_fresh_draws": "3 "
+    "timed runs (12 s); the judged test passes the reference under a fresh draw in CI",
     "tests/test_lesson_11.py::test_the_reference_speedrun_reaches_the_target_faster_than_the_"
     "baseline": "a threshold's evidence (3 pairs, 23 s); the judged test passes the reference "
     "on one pair in CI",
