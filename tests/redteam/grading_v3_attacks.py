@@ -394,9 +394,10 @@ A.append(
         "the saved bytes.",
         "00",
         may_pass={
-            "00-train-flops": "not a hole (lead's decision): notebook 00's exercise 3, hint 3, "
-            "teaches counting FLOPs with cu.flops on the learner's own model; a learner who "
-            "does so has answered"
+            "00-train-flops": "the lead's first decision, since superseded: hint 3 teaches "
+            "counting with cu.flops outside the answer, and the check now fails an answer that "
+            "counts inside it (course_utils.model_runs: 'it ran a model'); either verdict is "
+            "accepted here until the grading tier is rerun with 0 asserted"
         },
         replace={
             C00["ex1"]: _src(

@@ -616,7 +616,10 @@ def flops_square_layers(batch, dims):
 
 
 def flops_counted(batch, dims):
-    """Valid: build the stack and let FlopCounterMode count a real forward + backward."""
+    """Valid when written (the red team's first round): build the stack and let FlopCounterMode
+    count a real forward + backward. Wrong since the edition's blind round (issue 33): the
+    exercise asks for a prediction worked out from the shapes, and a count made by running the
+    model is a measurement (course_utils.model_runs; the check says "it ran a model")."""
     model = nn.Sequential(*[nn.Linear(a, b, bias=False) for a, b in _layers(dims)])
     x = torch.randn(batch, dims[0])
     with FlopCounterMode(display=False) as counter:
@@ -646,7 +649,7 @@ TRAIN_FLOPS = [
         id="wrong-skip-last-layer",
     ),
     pytest.param(flops_square_layers, "failed", None, (r"bias",), id="wrong-square-layers"),
-    pytest.param(flops_counted, "passed", None, (), id="valid-flop-counter"),
+    pytest.param(flops_counted, "failed", r"ran a model", (), id="wrong-flop-counter"),
     pytest.param(flops_float_closed_form, "passed", None, (), id="valid-float-closed-form"),
 ]
 
