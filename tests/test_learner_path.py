@@ -25,12 +25,13 @@ from course_utils.grading.demos import names
 ROOT = Path(__file__).resolve().parents[1]
 ALL = os.environ.get("COURSE_TESTS") == "all"
 # CI's 30 minutes leave out the longest untouched copies (seconds in CI at 6a48c79 and 8cb8d60,
-# two at a time): 00 (126 s) runs whole in CI in test_book's real `course report` (its
-# solution, every demo); 12 (99 s), 02b (93 s), 02 (74 s), 01 (69 s) and 16 (40 s) run their
+# two at a time; 11 and 06 idle, one at a time, docs/results/learner-path-cpu-auto.md): 00
+# (126 s) runs whole in CI in test_book's real `course report` (its solution, every demo); 12
+# (99 s), 02b (93 s), 02 (74 s), 01 (69 s), 11 (54 s), 16 (40 s) and 06 (38 s) run their
 # checks untouched in test_grading_course.py and their solved checks in test_lesson_*.py.
 # COURSE_TESTS=all runs them.
 LEFT_TO_ALL = ("00_measuring", "01_one_cycle", "02_batch_size", "02b_large_batch")
-LEFT_TO_ALL += ("12_transformers", "16_tensor_pipeline")
+LEFT_TO_ALL += ("06_ddp", "11_capstone", "12_transformers", "16_tensor_pipeline")
 EVERY = sorted((ROOT / "notebooks").glob("*.ipynb"))
 LEARNER = [p for p in EVERY if ALL or p.stem not in LEFT_TO_ALL]
 HALF_SOLVED_IN_CI = ("09_no_bias_before_bn",)
